@@ -1,0 +1,19 @@
+from pathlib import Path
+
+import pytest
+
+from triage.matcher import Matcher
+from triage.ruleset import load_rules
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def ruleset():
+    return load_rules()
+
+
+@pytest.fixture(scope="session")
+def matcher(ruleset):
+    return Matcher(ruleset)

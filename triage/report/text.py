@@ -1,0 +1,62 @@
+"""Human output: plain text, or rich panels on a terminal."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.text import Text
+
+from triage.report import ScanResult, ordered, summary_line, where
+from triage.types import Finding
+
+STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def render_plain(result: ScanResult) -> str:
+    blocks = [_plain_finding(f) for f in ordered(result.findings)]
+    blocks.append(summary_line(result))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _plain_finding(finding: Finding) -> str:
+    lines = [
+        f"{finding.code} {finding.name} [{finding.stage}, {finding.severity}] {finding.title}",
+        f"  at {where(finding)}",
+        f"  vLLM said: {finding.excerpt}",
+    ]
+    if finding.cause:
+        lines.append("  cause: " + " ".join(finding.cause))
+    for number, fix in enumerate(finding.fixes, 1):
+        lines.append(f"  {number}. {fix}")
+    return "\n".join(lines)
+
+
+def render_rich(result: ScanResult) -> str:
+    width = min(shutil.get_terminal_size((100, 24)).columns, 120)
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=width, highlight=False)
+    for finding in ordered(result.findings):
+        console.print(_panel(finding))
+    console.print(Text(summary_line(result), style="bold"))
+    return buffer.getvalue()
+
+
+def _panel(finding: Finding) -> Panel:
+    style = STYLE[finding.severity]
+    body = [
+        Text(where(finding), style="dim"),
+        Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")),
+    ]
+    if finding.cause:
+        body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
+    for number, fix in enumerate(finding.fixes, 1):
+        body.append(Text.assemble((f" {number}. ", "bold " + style), fix))
+    title = Text.assemble(
+        (f"{finding.code} ", f"bold {style}"),
+        (finding.name, "bold"),
+        (f"  {finding.stage} · {finding.severity}", style),
+    )
+    return Panel(Group(*body), title=title, title_align="left", subtitle=finding.title, subtitle_align="left", border_style=style)

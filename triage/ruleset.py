@@ -1,0 +1,407 @@
+"""Load and validate rule files (YAML) into Rule values.
+
+A bad file is refused with ``file:line: what is wrong`` (RuleError); nothing in a
+rule file can run code: YAML is read with the safe loader and arithmetic goes
+through triage.expr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import regex
+import yaml
+
+from triage.expr import Expression, ExprError, template_names
+from triage.types import SEVERITIES, STAGES
+
+FIELD_TYPES = {
+    # type: (regex for the {name:type} shorthand, converter)
+    "int": (r"-?\d{1,3}(?:,\d{3})+(?!\d)|-?\d+(?:\.0+(?!\d))?(?!\.\d|\d)", "int"),
+    "float": (r"-?\d+(?:\.\d+)?", "float"),
+    "gib": (r"-?\d+(?:\.\d+)?", "float"),
+    "word": (r"[\w.:/-]+", "str"),
+    "text": (r".+?", "str"),
+}
+DECLARED_TYPES = {"int", "float", "gib", "str", "flag"}
+MACRO = regex.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES) + r")\}")
+
+# Names the diagnosis provides to every template besides the rule's own fields.
+PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note"}
+
+RULE_KEYS = {
+    "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
+    "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
+    "versions", "deprecated_by",
+}
+FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
+PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
+STEP_KEYS = {"text", "when", "server"}
+CODE = regex.compile(r"VT\d{3}")
+NAME = regex.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+MATCH_TIMEOUT = 0.5  # seconds per regex search; a backtracking rule cannot hang a scan
+
+
+class RuleError(Exception):
+    """A rule file is malformed; str() is 'file:line: what is wrong'."""
+
+
+@dataclass(slots=True)
+class Pattern:
+    id: str
+    compiled: Any  # regex.Pattern
+    fields: list[str]
+    types: dict[str, str]  # from the {name:type} shorthand
+    versions: str | None = None
+    hosted: bool = False  # a wording only hosted APIs use, never a vLLM server
+
+
+@dataclass(slots=True)
+class Step:
+    """One sentence of a cause or one fix, rendered only when its names have values."""
+
+    text: str
+    when: Expression | None = None
+    server: bool = False  # advice about server flags: dropped for hosted-API errors
+
+
+@dataclass(slots=True)
+class Example:
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Rule:
+    code: str
+    name: str
+    title: str
+    stage: str
+    severity: str
+    kind: str  # "finding", or "fact" for lines that only tell the diagnosis something
+    description: str
+    keywords: list[str]
+    patterns: list[Pattern]
+    field_types: dict[str, str]
+    derived: dict[str, Expression]
+    cause: list[Step]
+    fixes: list[Step]
+    references: list[str]
+    examples: list[Example]
+    counter_examples: list[str]
+    versions: str
+    deprecated_by: str | None
+    file: str
+    line: int
+
+
+@dataclass(slots=True)
+class RuleSet:
+    rules: list[Rule]
+    skip_markers: list[str]
+    hosted_markers: list[str]
+
+    def by_code(self, code_or_name: str) -> Rule | None:
+        for rule in self.rules:
+            if code_or_name in (rule.code, rule.name):
+                return rule
+        return None
+
+    @property
+    def fact_names(self) -> set[str]:
+        return {name for rule in self.rules if rule.kind == "fact" for name in rule.field_types}
+
+
+# --- YAML with line numbers -------------------------------------------------------
+
+
+class _LineDict(dict):
+    line = 0
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LineDict:
+    mapping = _LineDict(yaml.SafeLoader.construct_mapping(loader, node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    return mapping
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        raise RuleError(f"{path}:{line}: not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise RuleError(f"{path}:0: not valid YAML: {exc}") from None
+
+
+# --- loading ---------------------------------------------------------------------
+
+
+def builtin_rule_files() -> list[Path]:
+    try:
+        folder = Path(str(resources.files("triage.rules")))
+    except ModuleNotFoundError:  # run from a source checkout without installing
+        folder = Path(__file__).resolve().parent.parent / "rules"
+    return sorted(folder.glob("*.yaml"))
+
+
+def rule_files(paths: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for entry in map(Path, paths):
+        if entry.is_dir():
+            files.extend(sorted(p for p in entry.rglob("*.y*ml") if p.is_file()))
+        elif entry.exists():
+            files.append(entry)
+        else:
+            raise RuleError(f"{entry}:0: no such rule file or folder")
+    return files
+
+
+def load_rules(extra: Iterable[str | Path] = (), builtin: bool = True) -> RuleSet:
+    """The built-in rules plus the user's files; a user rule may not reuse a code."""
+    rules: list[Rule] = []
+    skip: list[str] = []
+    hosted: list[str] = []
+    files = (builtin_rule_files() if builtin else []) + rule_files(extra)
+    for path in files:
+        file_rules, file_skip, file_hosted = load_file(path)
+        rules.extend(file_rules)
+        skip.extend(m for m in file_skip if m not in skip)
+        hosted.extend(m for m in file_hosted if m not in hosted)
+    _check_unique(rules)
+    ruleset = RuleSet(rules, skip, hosted)
+    for rule in rules:
+        _check_names(rule, ruleset.fact_names)
+    return ruleset
+
+
+def load_file(path: Path) -> tuple[list[Rule], list[str], list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}:0: cannot read rule file: {exc}") from None
+    document = _read_yaml(path, text)
+    if not isinstance(document, dict):
+        raise RuleError(f"{path}:1: a rule file is a mapping with a 'rules' list")
+    _unknown_keys(path, document, FILE_KEYS, "rule file")
+    entries = document.get("rules")
+    if not isinstance(entries, list) or not entries:
+        raise RuleError(f"{path}:{document.line}: 'rules' must be a non-empty list")
+    default_stage = document.get("stage")
+    rules = [_parse_rule(path, entry, default_stage) for entry in entries]
+    return (
+        rules,
+        _string_list(path, document, "skip_markers"),
+        _string_list(path, document, "hosted_markers"),
+    )
+
+
+def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
+    if not isinstance(raw, dict):
+        raise RuleError(f"{path}:0: each rule is a mapping")
+    line = getattr(raw, "line", 0)
+    where = f"{path}:{line}"
+    _unknown_keys(path, raw, RULE_KEYS, "rule")
+    for key in ("code", "name", "title", "keywords", "patterns", "examples"):
+        if key not in raw:
+            raise RuleError(f"{where}: rule is missing '{key}'")
+    code = str(raw["code"])
+    where = f"{where}: {code}"
+    if not CODE.fullmatch(code):
+        raise RuleError(f"{where}: code must look like VT101")
+    if not NAME.fullmatch(str(raw["name"])):
+        raise RuleError(f"{where}: name must be kebab-case, like context-length-exceeded")
+    stage = raw.get("stage", default_stage)
+    if stage not in STAGES:
+        raise RuleError(f"{where}: stage must be one of {', '.join(STAGES)}")
+    kind = raw.get("kind", "finding")
+    if kind not in ("finding", "fact"):
+        raise RuleError(f"{where}: kind must be 'finding' or 'fact'")
+    severity = raw.get("severity", "info")
+    if severity not in SEVERITIES:
+        raise RuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+    keywords = _string_list(path, raw, "keywords")
+    if not keywords:
+        raise RuleError(f"{where}: 'keywords' must list at least one literal text")
+    patterns = [_parse_pattern(where, i, p) for i, p in enumerate(_list(where, raw, "patterns"))]
+    if not patterns:
+        raise RuleError(f"{where}: 'patterns' must hold at least one pattern")
+    field_types = _field_types(where, raw, patterns)
+    derived = _parse_derived(where, raw)
+    examples, counter = _parse_examples(where, raw, keywords)
+    return Rule(
+        code=code,
+        name=str(raw["name"]),
+        title=str(raw["title"]),
+        stage=stage,
+        severity=severity,
+        kind=kind,
+        description=str(raw.get("description", "")).strip(),
+        keywords=keywords,
+        patterns=patterns,
+        field_types=field_types,
+        derived=derived,
+        cause=_parse_steps(where, raw, "cause"),
+        fixes=_parse_steps(where, raw, "fixes"),
+        references=_string_list(path, raw, "references"),
+        examples=examples,
+        counter_examples=counter,
+        versions=str(raw.get("versions", "")),
+        deprecated_by=raw.get("deprecated_by"),
+        file=str(path),
+        line=line,
+    )
+
+
+def _parse_pattern(where: str, index: int, raw: Any) -> Pattern:
+    if isinstance(raw, str):
+        raw = {"regex": raw}
+    if not isinstance(raw, dict) or "regex" not in raw:
+        raise RuleError(f"{where}: pattern {index + 1} needs a 'regex'")
+    unknown = set(raw) - PATTERN_KEYS
+    if unknown:
+        raise RuleError(f"{where}: pattern {index + 1}: unknown key '{sorted(unknown)[0]}'")
+    source = str(raw["regex"]).strip()
+    expanded = MACRO.sub(lambda m: f"(?P<{m['name']}>{FIELD_TYPES[m['type']][0]})", source)
+    try:
+        compiled = regex.compile(expanded)
+    except regex.error as exc:
+        raise RuleError(f"{where}: pattern {raw.get('id', index + 1)} does not compile: {exc}") from None
+    return Pattern(
+        id=str(raw.get("id", index + 1)),
+        compiled=compiled,
+        fields=list(compiled.groupindex),
+        types={m["name"]: m["type"] for m in MACRO.finditer(source)},
+        versions=raw.get("versions"),
+        hosted=bool(raw.get("hosted", False)),
+    )
+
+
+def _field_types(where: str, raw: dict, patterns: list[Pattern]) -> dict[str, str]:
+    types: dict[str, str] = {}
+    for pattern in patterns:
+        for name in pattern.fields:
+            types.setdefault(name, "str")
+        types.update(pattern.types)
+    for name, declared in (raw.get("fields") or {}).items():
+        if declared not in DECLARED_TYPES:
+            raise RuleError(f"{where}: field {name}: type must be one of {', '.join(sorted(DECLARED_TYPES))}")
+        if name not in types:
+            raise RuleError(f"{where}: field {name} is declared but no pattern captures it")
+        types[name] = declared
+    return types
+
+
+def _parse_derived(where: str, raw: dict) -> dict[str, Expression]:
+    derived: dict[str, Expression] = {}
+    for name, source in (raw.get("derived") or {}).items():
+        try:
+            derived[str(name)] = Expression(str(source))
+        except ExprError as exc:
+            raise RuleError(f"{where}: derived {name}: {exc}") from None
+    return derived
+
+
+def _parse_steps(where: str, raw: dict, key: str) -> list[Step]:
+    value = raw.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    steps = []
+    for item in value:
+        if isinstance(item, str):
+            item = {"text": item}
+        if not isinstance(item, dict) or "text" not in item:
+            raise RuleError(f"{where}: each {key} entry is a text or a mapping with 'text'")
+        unknown = set(item) - STEP_KEYS
+        if unknown:
+            raise RuleError(f"{where}: {key}: unknown key '{sorted(unknown)[0]}'")
+        when = None
+        if item.get("when") is not None:
+            try:
+                when = Expression(str(item["when"]))
+            except ExprError as exc:
+                raise RuleError(f"{where}: {key} condition: {exc}") from None
+        steps.append(Step(" ".join(str(item["text"]).split()), when, bool(item.get("server", False))))
+    return steps
+
+
+def _parse_examples(where: str, raw: dict, keywords: list[str]) -> tuple[list[Example], list[str]]:
+    block = raw.get("examples") or {}
+    if not isinstance(block, dict):
+        raise RuleError(f"{where}: 'examples' holds 'match' and 'no_match' lists")
+    examples = []
+    for item in block.get("match") or []:
+        if isinstance(item, str):
+            item = {"text": item}
+        text = str(item.get("text", ""))
+        if not any(k in text for k in keywords):
+            raise RuleError(f"{where}: example holds none of the rule's keywords, so the prefilter would skip it: {text[:80]!r}")
+        examples.append(Example(text, dict(item.get("fields") or {}), dict(item.get("derived") or {})))
+    if not examples:
+        raise RuleError(f"{where}: a rule needs at least one example under examples.match")
+    counter = [str(item) for item in block.get("no_match") or []]
+    return examples, counter
+
+
+def _check_names(rule: Rule, fact_names: set[str]) -> None:
+    where = f"{rule.file}:{rule.line}: {rule.code}"
+    known = set(rule.field_types) | PROVIDED_NAMES | fact_names
+    for name, expression in rule.derived.items():
+        unknown = expression.names - known
+        if unknown:
+            raise RuleError(f"{where}: derived {name} uses '{sorted(unknown)[0]}', which no pattern captures")
+        known.add(name)
+    for step in rule.cause + rule.fixes:
+        names = template_names(step.text) | (step.when.names if step.when else set())
+        unknown = names - known
+        if unknown:
+            raise RuleError(f"{where}: template names '{sorted(unknown)[0]}', which no pattern captures and nothing derives")
+
+
+def _check_unique(rules: list[Rule]) -> None:
+    seen: dict[str, Rule] = {}
+    for rule in rules:
+        for key in (rule.code, rule.name):
+            if key in seen:
+                first = seen[key]
+                raise RuleError(
+                    f"{rule.file}:{rule.line}: {key} is already defined at {first.file}:{first.line}"
+                    " (a user rule may not reuse a built-in code or name)"
+                )
+            seen[key] = rule
+
+
+def _unknown_keys(path: Path, raw: dict, allowed: set[str], what: str) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise RuleError(f"{path}:{getattr(raw, 'line', 0)}: unknown key '{unknown[0]}' in {what}")
+
+
+def _list(where: str, raw: dict, key: str) -> list:
+    value = raw.get(key)
+    if not isinstance(value, list):
+        raise RuleError(f"{where}: '{key}' must be a list")
+    return value
+
+
+def _string_list(path: Path, raw: dict, key: str) -> list[str]:
+    value = raw.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RuleError(f"{path}:{getattr(raw, 'line', 0)}: '{key}' must be a list of texts")
+    return list(value)
