@@ -3,6 +3,21 @@
 Handles the prefixes of every vLLM era, process and rank tags, container and
 journald prefixes, ANSI colour, CR, JSON log lines, and error bodies whose quotes
 were escaped by a client or a JSON encoder.
+
+Prefixes come in layers, outermost first, and each layer is only looked for
+after the ones outside it:
+
+1. what collected the log: ``docker compose logs`` (``vllm-1  | ``), ``kubectl
+   logs --prefix`` (``[pod/vllm-0/vllm] ``), ISO timestamps (``--timestamps``,
+   ``docker logs -t``), journald/syslog, a markdown quote (``> ``) from an issue;
+   these stack in any order;
+2. the process that wrote the line: vLLM's ``(EngineCore_DP0 pid=7) ``, Ray's
+   ``(RayWorkerWrapper pid=5311, ip=10.0.3.17) ``, torch's ``[rank1]: ``;
+3. the logger: vLLM's ``INFO 08-12 10:15:03 [core.py:58] `` (or the older form
+   without brackets) or uvicorn's ``INFO:     ``. The message starts after it.
+
+Keeping the order matters: a message such as ``Running | 5 reqs`` must not lose
+its first word to the docker-compose pattern.
 """
 
 from __future__ import annotations
@@ -14,37 +29,53 @@ import regex
 
 ANSI = regex.compile(r"\x1b\[[0-9;?]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
 
-# Each prefix is tried at the start of the line, repeatedly, in any order: real
-# logs stack them (kubectl timestamp, then a process tag, then vLLM's prefix).
-PREFIXES = [
+COLLECTOR_PREFIXES = [
+    # journald / syslog: "Aug 12 10:15:03 gpu-node-1 vllm[1234]: ", or journalctl -o short-iso
+    regex.compile(
+        r"(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+        r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+        r" [\w.-]+ [\w.@/-]+\[\d+\]: "
+    ),
+    # ISO timestamps added by kubectl --timestamps, docker logs -t, log shippers
+    regex.compile(
+        r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+"
+    ),
+    # kubectl logs --prefix: "[pod/vllm-0/vllm] "
+    regex.compile(r"\[pod/[^\]\s]+\] "),
+    # docker compose: "vllm-1  | " (the service name padded to the longest one)
+    regex.compile(r"[\w.-]+\s+\| ?"),
+    # a markdown quote in an issue or a chat: "> "
+    regex.compile(r">+ ?(?=\S)"),
+]
+PROCESS_PREFIXES = [
+    # "(APIServer pid=1) ", "(VllmWorker rank=1 pid=42) ", "(RayWorkerWrapper pid=5, ip=10.0.0.1) "
+    regex.compile(r"\((?P<process>[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ?"),
+    # torch.distributed: "[rank1]: "
+    regex.compile(r"\[(?P<rank>rank\d+)\]: ?"),
+]
+LOGGER_PREFIXES = [
     # vLLM: "INFO 08-12 10:15:03 [core.py:58] " and the older "INFO 08-12 10:15:03 core.py:58] "
     regex.compile(
         r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d)"
         r"(?:\.\d+)? (?:\[[^\]\s]+:\d+\]|[^\s\]]+:\d+\]) ?"
     ),
-    # process tag: "(APIServer pid=1) ", "(VllmWorker rank=1 pid=42) ", "(RayWorkerWrapper pid=5, ip=10.0.0.1) "
-    regex.compile(r"\((?P<process>[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ?"),
-    # ISO timestamps added by kubectl --timestamps, docker logs -t, log shippers
-    regex.compile(
-        r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+"
-    ),
-    # journald / syslog: "Aug 12 10:15:03 gpu-node-1 vllm[1234]: "
-    regex.compile(
-        r"(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) [\w.-]+ [\w.@/-]+(?:\[\d+\])?: "
-    ),
-    # kubectl logs --prefix: "[pod/vllm-0/vllm] "
-    regex.compile(r"\[pod/[^\]\s]+\] "),
-    # docker compose: "vllm-1  | "
-    regex.compile(r"[\w.-]+\s+\| ?"),
-    # torch.distributed: "[rank1]: "
-    regex.compile(r"\[(?P<rank>rank\d+)\]: ?"),
-    # uvicorn's own format
-    regex.compile(r"(?P<level>INFO|WARNING|ERROR|DEBUG):\s+"),
+    # uvicorn's own format: "INFO:     10.0.0.12:50312 - ..."
+    regex.compile(r"(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+"),
 ]
+LAYERS = (COLLECTOR_PREFIXES, PROCESS_PREFIXES, LOGGER_PREFIXES)
 
 RAY_REPEAT = regex.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-RANK = regex.compile(r"rank=(\d+)|\b(?:Worker|EngineCore|VllmWorker)_?((?:[A-Z]{2,3}\d+_?)+)\b|\bTP(\d+)\b")
+RANK = regex.compile(
+    r"rank=(?P<rank>\d+)"
+    r"|\b(?:Worker|VllmWorker|EngineCore)[_ ](?P<parallel>(?:(?:[A-Z]{2,3})\d+_?)+)(?![\w])"
+    r"|\bEngineCore_(?P<engine>\d+)\b"
+)
 JSON_MESSAGE_KEYS = ("message", "msg", "log")
+# Keys that tell a log record from an error body (which also has a "message").
+JSON_LOG_KEYS = {
+    "level", "levelname", "severity", "time", "timestamp", "asctime", "@timestamp", "ts",
+    "logger", "name", "stream", "log",
+}
 ESCAPES = (
     ("\\\\", "\\"),
     ('\\"', '"'),
@@ -52,6 +83,7 @@ ESCAPES = (
     ("\\u0027", "'"),
     ("\\u0022", '"'),
     ("\\n", " "),
+    ("\\r", " "),
     ("\\t", " "),
 )
 
@@ -93,37 +125,48 @@ def parse_line(raw: bytes) -> LineParts:
 
 
 def _strip_prefixes(parts: LineParts) -> None:
-    text = parts.text.lstrip(" ")
-    progressed = True
-    while progressed and text:
-        progressed = False
-        for prefix in PREFIXES:
-            match = prefix.match(text)
-            if not match or match.end() == 0:
-                continue
-            found = match.groupdict()
-            parts.level = found.get("level") or parts.level
-            parts.time = found.get("time") or parts.time
-            if found.get("process"):
-                parts.process = found["process"]
-                parts.rank = rank_of(found["process"]) or parts.rank
-            if found.get("rank"):
-                parts.rank = found["rank"].replace("rank", "rank=")
-            text = text[match.end() :]
-            progressed = True
-            break
+    text = parts.text.lstrip(" \t")
+    layer = 0
+    while layer < len(LAYERS) and text:
+        match = _first_match(LAYERS[layer], text)
+        if match is None:
+            layer += 1
+            continue
+        _note(parts, match.groupdict())
+        text = text[match.end() :].lstrip(" \t") if layer == 0 else text[match.end() :]
+        if layer == len(LAYERS) - 1:
+            break  # the logger's prefix is the last one: the message starts here
     parts.text = text
 
 
+def _first_match(prefixes: list[regex.Pattern], text: str) -> regex.Match | None:
+    for prefix in prefixes:
+        match = prefix.match(text)
+        if match and match.end() > 0:
+            return match
+    return None
+
+
+def _note(parts: LineParts, found: dict[str, str | None]) -> None:
+    parts.level = found.get("level") or parts.level
+    parts.time = found.get("time") or parts.time
+    if found.get("process"):
+        parts.process = found["process"]
+        parts.rank = rank_of(found["process"]) or parts.rank
+    if found.get("rank"):
+        parts.rank = found["rank"].replace("rank", "rank=")
+
+
 def rank_of(process: str) -> str | None:
+    """The rank a process tag names: rank=1, TP1, PP1_TP3, DP0 (EngineCore_0 is DP rank 0)."""
     match = RANK.search(process)
     if not match:
         return None
-    if match.group(1) is not None:
-        return f"rank={match.group(1)}"
-    if match.group(2) is not None:
-        return match.group(2).rstrip("_")
-    return f"TP{match.group(3)}"
+    if match.group("rank") is not None:
+        return f"rank={match.group('rank')}"
+    if match.group("parallel") is not None:
+        return match.group("parallel").rstrip("_")
+    return f"DP{match.group('engine')}"
 
 
 def _unwrap_json_log(parts: LineParts) -> None:
@@ -132,14 +175,14 @@ def _unwrap_json_log(parts: LineParts) -> None:
         record = json.loads(parts.text)
     except ValueError:
         return
-    if not isinstance(record, dict):
-        return
+    if not isinstance(record, dict) or not JSON_LOG_KEYS & record.keys():
+        return  # an error body, not a log record: keep it whole (its "code" and "param" tell who sent it)
     for key in JSON_MESSAGE_KEYS:
         if isinstance(record.get(key), str):
-            parts.text = record[key]
-            level = record.get("level") or record.get("levelname")
+            parts.text = record[key].rstrip("\r\n")
+            level = record.get("level") or record.get("levelname") or record.get("severity")
             parts.level = str(level).upper() if level else parts.level
-            stamp = record.get("timestamp") or record.get("asctime") or record.get("time")
+            stamp = record.get("timestamp") or record.get("asctime") or record.get("time") or record.get("@timestamp")
             parts.time = str(stamp) if stamp else parts.time
             _strip_prefixes(parts)
             return
