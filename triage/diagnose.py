@@ -38,6 +38,7 @@ def diagnose(events: Iterable[Event]) -> Diagnosis:
             facts.update(derive(event.rule, _Names({**DEFAULTS, **facts})))
         else:
             problems.append(event)
+    problems = [e for e in problems if meets_requirement(e.rule, {**DEFAULTS, **facts, **e.fields})]
     findings = [to_finding(event, facts) for event in problems]
     return Diagnosis(aggregate(findings), facts)
 
@@ -71,6 +72,19 @@ def to_finding(event: Event, facts: Mapping[str, Any]) -> Finding:
         references=list(rule.references),
         facts={k: facts[k] for k in sorted(names.used) if k in facts and k not in event.fields},
     )
+
+
+def meets_requirement(rule: Rule, values: Mapping[str, Any]) -> bool:
+    """A rule's `require` condition over its fields, derived numbers and facts; one that
+    lacks a value does not hold, so a partial line never becomes a finding."""
+    if rule.require is None:
+        return True
+    names = _Names(values)
+    names.update(derive(rule, names))
+    try:
+        return bool(rule.require.evaluate(names))
+    except Missing:
+        return False
 
 
 def derive(rule: Rule, names: _Names) -> dict[str, Any]:

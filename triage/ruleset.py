@@ -16,7 +16,7 @@ from typing import Any
 import regex
 import yaml
 
-from triage.expr import Expression, ExprError, template_names
+from triage.expr import Expression, ExprError, check_template, template_names
 from triage.types import SEVERITIES, STAGES
 
 FIELD_TYPES = {
@@ -36,7 +36,7 @@ PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note"}
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
-    "versions", "deprecated_by",
+    "versions", "deprecated_by", "require",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
@@ -98,6 +98,9 @@ class Rule:
     deprecated_by: str | None
     file: str
     line: int
+    # An event becomes a finding only when this holds (e.g. a metrics line with the KV cache
+    # nearly full *and* requests waiting); evaluated by diagnose, not by the matcher.
+    require: Expression | None = None
 
 
 @dataclass(slots=True)
@@ -114,7 +117,9 @@ class RuleSet:
 
     @property
     def fact_names(self) -> set[str]:
-        return {name for rule in self.rules if rule.kind == "fact" for name in rule.field_types}
+        # A fact rule's derived numbers are facts too (a later line may keep the first value
+        # with first(name, field), e.g. the KV usage of the first metrics line).
+        return {name for rule in self.rules if rule.kind == "fact" for name in (*rule.field_types, *rule.derived)}
 
 
 # --- YAML with line numbers -------------------------------------------------------
@@ -124,8 +129,65 @@ class _LineDict(dict):
     line = 0
 
 
+# Limits on a rule file from someone else, checked before anything is built from it.
+MAX_RULE_FILE_BYTES = 1024 * 1024
+MAX_YAML_DEPTH = 40
+MAX_YAML_VALUES = 50_000  # counted with aliases expanded: a "billion laughs" file stops here
+
+
 class _Loader(yaml.SafeLoader):
-    pass
+    """The safe loader, with depth and alias-expansion limits checked while composing."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"refused: nested deeper than {MAX_YAML_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values the node becomes once aliases are expanded; refuses bombs and loops."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise yaml.composer.ComposerError(None, None, "refused: an alias refers to itself", node.start_mark)
+    open_nodes.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    else:
+        children = []
+    for child in children:
+        size += _expanded_size(child, sizes, open_nodes)
+        if size > MAX_YAML_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"refused: aliases expand to more than {MAX_YAML_VALUES:,} values", node.start_mark
+            )
+    open_nodes.discard(key)
+    sizes[key] = size
+    return size
+
+
+def _refuse_tag(loader: _Loader, node: yaml.Node) -> Any:
+    raise yaml.constructor.ConstructorError(
+        None, None, f"refused: tag {node.tag!r} is not allowed; a rule file holds plain data only", node.start_mark
+    )
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LineDict:
@@ -135,6 +197,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LineDict:
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(None, _refuse_tag)  # any tag the safe loader does not know
 
 
 def _read_yaml(path: Path, text: str) -> Any:
@@ -191,9 +254,13 @@ def load_rules(extra: Iterable[str | Path] = (), builtin: bool = True) -> RuleSe
 
 def load_file(path: Path) -> tuple[list[Rule], list[str], list[str]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:  # read at most the cap: the path may be a pipe or /dev/zero
+            data = stream.read(MAX_RULE_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"{path}:0: cannot read rule file: {exc}") from None
+    if len(data) > MAX_RULE_FILE_BYTES:
+        raise RuleError(f"{path}:0: refused: rule file larger than {MAX_RULE_FILE_BYTES // 1024} KiB")
     document = _read_yaml(path, text)
     if not isinstance(document, dict):
         raise RuleError(f"{path}:1: a rule file is a mapping with a 'rules' list")
@@ -264,7 +331,17 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
         deprecated_by=raw.get("deprecated_by"),
         file=str(path),
         line=line,
+        require=_parse_require(where, raw),
     )
+
+
+def _parse_require(where: str, raw: dict) -> Expression | None:
+    if raw.get("require") is None:
+        return None
+    try:
+        return Expression(str(raw["require"]))
+    except ExprError as exc:
+        raise RuleError(f"{where}: require: {exc}") from None
 
 
 def _parse_pattern(where: str, index: int, raw: Any) -> Pattern:
@@ -335,7 +412,12 @@ def _parse_steps(where: str, raw: dict, key: str) -> list[Step]:
                 when = Expression(str(item["when"]))
             except ExprError as exc:
                 raise RuleError(f"{where}: {key} condition: {exc}") from None
-        steps.append(Step(" ".join(str(item["text"]).split()), when, bool(item.get("server", False))))
+        text = " ".join(str(item["text"]).split())
+        try:
+            check_template(text)
+        except ExprError as exc:
+            raise RuleError(f"{where}: {key}: {exc}") from None
+        steps.append(Step(text, when, bool(item.get("server", False))))
     return steps
 
 
@@ -365,6 +447,10 @@ def _check_names(rule: Rule, fact_names: set[str]) -> None:
         if unknown:
             raise RuleError(f"{where}: derived {name} uses '{sorted(unknown)[0]}', which no pattern captures")
         known.add(name)
+    if rule.require is not None:
+        unknown = rule.require.names - known
+        if unknown:
+            raise RuleError(f"{where}: require uses '{sorted(unknown)[0]}', which no pattern captures and nothing derives")
     for step in rule.cause + rule.fixes:
         names = template_names(step.text) | (step.when.names if step.when else set())
         unknown = names - known
