@@ -167,8 +167,21 @@ def _first(args: list[ast.AST], names: Mapping[str, Any]) -> Any:
 PLACEHOLDER = regex.compile(r"\{(?P<name>[A-Za-z_]\w*)(?::(?P<spec>[^{}]*))?\}")
 
 
+# What may follow the colon in {name:spec}: a hostile width ({n:>999999999}) would build
+# a string of that many characters, so widths and precisions are kept to two digits.
+SAFE_SPEC = regex.compile(r"pct|d|[<>^]?\d{0,2},?(?:\.\d{1,2})?[dfeg%]?")
+
+
 def template_names(template: str) -> set[str]:
     return {m.group("name") for m in PLACEHOLDER.finditer(template)}
+
+
+def check_template(template: str) -> None:
+    """Refuse a template whose format specs could build huge strings."""
+    for match in PLACEHOLDER.finditer(template):
+        spec = match.group("spec")
+        if spec is not None and not SAFE_SPEC.fullmatch(spec):
+            raise ExprError(f"format {match.group(0)!r} not allowed (use , d pct .2f, widths up to 99)")
 
 
 def render(template: str, names: Mapping[str, Any]) -> str:
@@ -191,7 +204,7 @@ def format_value(value: Any, spec: str | None = None) -> str:
         return f"{value * 100:.1f}%"
     if spec == "d":  # a number to paste into a flag: whole, no separators
         return str(int(value))
-    if spec:
+    if spec and SAFE_SPEC.fullmatch(spec):
         try:
             return format(value, spec)
         except (ValueError, TypeError):

@@ -23,6 +23,7 @@ CONTEXT_LINES = 2  # a message may continue over this many lines before or after
 # Relative line windows tried when a candidate line does not match on its own.
 WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
 MAX_EXCERPT = 600
+MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
 HOSTED_STAGES = {"request"}
 
 
@@ -47,6 +48,8 @@ class Matcher:
         anchors = sorted(set(self.rules_by_anchor) | set(self.skip_markers), key=len, reverse=True)
         self.anchor_pattern = re.compile(b"|".join(map(re.escape, anchors))) if anchors else None
         self.warnings: list[str] = []
+        self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
+        self.disabled_patterns: set[tuple[str, str]] = set()
 
     @property
     def anchors(self) -> list[bytes]:
@@ -146,13 +149,12 @@ class Matcher:
         events = []
         for rule in rules:
             for pattern in rule.patterns:
+                if (rule.code, pattern.id) in self.disabled_patterns:
+                    continue
                 try:
                     match = pattern.compiled.search(text, timeout=MATCH_TIMEOUT)
                 except TimeoutError:
-                    cursor.warnings.append(
-                        f"{source}:{first}: rule {rule.code} pattern {pattern.id} took longer than "
-                        f"{MATCH_TIMEOUT}s and was skipped on this line"
-                    )
+                    self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                     continue
                 if match is None:
                     continue
@@ -162,6 +164,16 @@ class Matcher:
                 events.append(Event(rule, record, fields, excerpt, pattern.id, pattern.hosted))
                 break
         return events
+
+    def _timed_out(self, code: str, pattern_id: str, where: str, cursor: _Cursor) -> None:
+        """Warn; after MAX_TIMEOUTS the pattern is off, so a backtracking rule costs seconds, not hours."""
+        key = (code, pattern_id)
+        self.timeouts[key] = self.timeouts.get(key, 0) + 1
+        message = f"{where}: rule {code} pattern {pattern_id} took longer than {MATCH_TIMEOUT}s and was skipped on this line"
+        if self.timeouts[key] >= MAX_TIMEOUTS:
+            self.disabled_patterns.add(key)
+            message += f"; it timed out {MAX_TIMEOUTS} times and is off for the rest of the scan"
+        cursor.warnings.append(message)
 
 
 def typed_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any]:
