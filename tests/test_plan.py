@@ -313,3 +313,12 @@ def test_budget_refuses_nonsense():
         plan.budget(0, 10)
     with pytest.raises(PlanError):
         plan.budget(100, -1)
+
+
+def test_concurrency_at_another_length():
+    inputs = PlanInputs(kv_cache_memory_bytes=10 * GIB, max_model_len=32768, concurrency_length=4096)
+    first = plan.plan(load("llama-3.1-8b-instruct"), inputs).scenarios[0]
+    assert first.concurrency == pytest.approx(2.5)
+    assert first.concurrency_length == 4096 and first.concurrency_at_length == pytest.approx(20.0)
+    odd = plan.plan(load("llama-3.1-8b-instruct"), PlanInputs(kv_cache_memory_bytes=10 * GIB, concurrency_length=4097))
+    assert odd.scenarios[0].concurrency_at_length == pytest.approx(5120 / 257)  # 4097 tokens take 257 blocks

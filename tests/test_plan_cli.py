@@ -117,3 +117,11 @@ def test_budget_needs_one_way_to_know_the_prompt():
     assert run("budget", "--max-model-len", "20").exit_code == 2
     result = run("budget", "--max-model-len", "20", "--prompt-file", str(TINY / "prompt.txt"))
     assert result.exit_code == 2 and "--tokenizer" in result.output
+
+
+def test_plan_concurrency_at_adds_a_row():
+    result = run("plan", LLAMA, "--kv-cache-memory", "10GiB", "--max-model-len", "32768",
+                 "--concurrency-at", "4096", "--format", "text")
+    assert result.exit_code == 0
+    assert "concurrency at 32,768 tokens" in result.output
+    assert "concurrency at 4,096 tokens" in result.output and "20.00x" in result.output

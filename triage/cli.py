@@ -124,10 +124,11 @@ def scan(paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tup
 @click.option("--weights-gib", type=float, help="Weights in GiB in all, instead of reading or estimating them.")
 @click.option("--kv-cache-memory", help="KV memory per GPU, e.g. 10GiB (like vLLM's --kv-cache-memory-bytes): skips the utilization arithmetic.")
 @click.option("--overhead", default="2GiB", show_default=True, help="Allowance per GPU for activations, CUDA graphs and non-torch memory.")
+@click.option("--concurrency-at", type=int, help="Also show how many sequences of this many tokens fit at once.")
 @click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
 def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
          kv_cache_dtype, dtype, block_size, max_model_len, max_num_seqs, max_num_batched_tokens, weights_gib,
-         kv_cache_memory, overhead, format_name) -> None:
+         kv_cache_memory, overhead, concurrency_at, format_name) -> None:
     """What --max-model-len and concurrency fit: KV-cache arithmetic from a model's config.json or folder."""
     from triage import gpus as gpu_table
     from triage import modelconfig, plan as planner
@@ -146,7 +147,7 @@ def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_paral
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             weights_bytes=int(weights_gib * planner.GIB) if weights_gib is not None else None,
             kv_cache_memory_bytes=planner.parse_size(kv_cache_memory) if kv_cache_memory else None,
-            overhead_bytes=planner.parse_size(overhead),
+            overhead_bytes=planner.parse_size(overhead), concurrency_length=concurrency_at,
         )
         result = planner.plan(modelconfig.load(model), inputs)
     except (gpu_table.UnknownGpu, planner.PlanError, modelconfig.ModelConfigError) as exc:

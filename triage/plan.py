@@ -68,6 +68,7 @@ class PlanInputs:
     weights_bytes: int | None = None  # overrides what the model folder says
     kv_cache_memory_bytes: int | None = None  # like vLLM's --kv-cache-memory-bytes: per GPU, no utilization arithmetic
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
+    concurrency_length: int | None = None  # also say how many sequences of this length fit at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class Scenario:
     sequence_bytes: int  # one max_model_len sequence; vLLM's "KV cache is needed"
     max_model_len_that_fits: int  # vLLM's estimate, capped at the model's own context length
     concurrency: float  # max_model_len sequences at once; vLLM's "Maximum concurrency"
+    concurrency_length: int  # the length the next figure is for (max_model_len unless asked)
+    concurrency_at_length: float  # sequences of concurrency_length at once
     would_start: bool
     startup_error: str | None = None
 
@@ -206,8 +209,8 @@ def plan(model: ModelConfig, inputs: PlanInputs) -> PlanResult:
         raise PlanError("say how much memory a GPU has: --gpu NAME, --gpu-memory SIZE, or --kv-cache-memory SIZE")
     if not 0 < inputs.gpu_memory_utilization <= 1:
         raise PlanError("--gpu-memory-utilization must be above 0 and at most 1")
-    if inputs.block_size < 1 or inputs.max_num_seqs < 1 or inputs.max_num_batched_tokens < 1:
-        raise PlanError("--block-size, --max-num-seqs and --max-num-batched-tokens must be at least 1")
+    if min(inputs.block_size, inputs.max_num_seqs, inputs.max_num_batched_tokens, inputs.concurrency_length or 1) < 1:
+        raise PlanError("--block-size, --max-num-seqs, --max-num-batched-tokens and --concurrency-at must be at least 1")
     served = serving_dtype(model.dtype, inputs.dtype)
     weights = inputs.weights_bytes
     notes = list(model.notes)
@@ -291,6 +294,8 @@ def scenario(model: ModelConfig, inputs: PlanInputs, weights: int, served: str, 
         usable = available
     kv_tokens = kvcache.tokens_that_fit(available, worst.bytes_per_token, block)
     concurrency = usable / needed if needed else 0.0
+    at_length = inputs.concurrency_length or length
+    at_bytes = worst.sequence_bytes(at_length, block, batched)
     error = None
     if available <= 0:
         error = NO_MEMORY_MESSAGE
@@ -318,6 +323,8 @@ def scenario(model: ModelConfig, inputs: PlanInputs, weights: int, served: str, 
         sequence_bytes=needed,
         max_model_len_that_fits=fits_model,
         concurrency=concurrency,
+        concurrency_length=at_length,
+        concurrency_at_length=usable / at_bytes if at_bytes else 0.0,
         would_start=error is None,
         startup_error=error,
     )

@@ -57,10 +57,9 @@ def _rows(result: PlanResult) -> list[tuple[str, list[str]]]:
     def row(title: str, value) -> tuple[str, list[str]]:
         return title, [value(s) for s in scenarios]
 
-    def concurrency(s: Scenario) -> str:
-        whole = int(s.concurrency)
-        cap = "" if whole < result.max_num_seqs else f" (max_num_seqs {result.max_num_seqs} caps it)"
-        return f"{s.concurrency:.2f}x{cap}"
+    def capped(value: float) -> str:
+        cap = "" if int(value) < result.max_num_seqs else f" (max_num_seqs {result.max_num_seqs} caps it)"
+        return f"{value:.2f}x{cap}"
 
     rows = [
         row("tensor x pipeline parallel", lambda s: f"{s.tensor_parallel_size} x {s.pipeline_parallel_size}"),
@@ -71,9 +70,12 @@ def _rows(result: PlanResult) -> list[tuple[str, list[str]]]:
         row("KV tokens", lambda s: f"{s.kv_tokens:,}"),
         row(f"KV for one {length:,}-token sequence", lambda s: gib(s.sequence_bytes)),
         row("largest --max-model-len that fits", lambda s: f"{s.max_model_len_that_fits:,}"),
-        row(f"concurrency at {length:,} tokens", concurrency),
+        row(f"concurrency at {length:,} tokens", lambda s: capped(s.concurrency)),
         row(f"starts with --max-model-len {length:,}", lambda s: "yes" if s.would_start else "NO"),
     ]
+    at_length = scenarios[0].concurrency_length
+    if at_length != length:
+        rows.insert(-1, row(f"concurrency at {at_length:,} tokens", lambda s: capped(s.concurrency_at_length)))
     if any(s.fixed_bytes_per_sequence for s in scenarios):
         rows.insert(5, row("fixed KV per sequence (windows, state)", lambda s: gib(s.fixed_bytes_per_sequence)))
     return rows
