@@ -224,7 +224,7 @@ def plan(model: ModelConfig, inputs: PlanInputs) -> PlanResult:
         notes.append("KV tokens count the layers that grow with the sequence; the sliding-window and state memory per sequence comes on top, and the length and concurrency figures include it")
     if pp > 1:
         notes.append("with pipeline parallelism weights are split evenly here; the first and last ranks also hold the embeddings")
-    if model.kinds & {MLA} and inputs.kv_cache_dtype != "auto":
+    if MLA in model.kinds:
         notes.append("fp8 MLA cache: some MLA backends store extra scale bytes per token; the figure is the plain latent size")
     scenarios = [scenario(model, inputs, weights, served, "as given")]
     if inputs.kv_cache_dtype == "auto":
