@@ -8,8 +8,9 @@ not a marker (the line where the event's first line must be):
     #! ok                                                   no rule fires there
 
 Values are compared with the event's fields, else with the rule's derived numbers. On a
-line with `expect` markers every rule that fires must be expected. Lines without a marker
-are not checked. A marker naming an unknown rule, or one we cannot read, is a failure.
+line with `expect` markers every rule that fires must be expected. Fact rules (capacity
+and metrics lines) count only where a marker names them: they tell the diagnosis about
+the server and are no finding. Lines without a marker are not checked. A marker naming an unknown rule, or one we cannot read, is a failure.
 Marker lines are blanked before the scan, so line numbers stay those of the file.
 """
 
@@ -23,7 +24,8 @@ from typing import Any
 
 import regex
 
-from triage.diagnose import DEFAULTS, _Names, derive, meets_requirement
+from triage.diagnose import DEFAULTS, derive, meets_requirement
+from triage.diagnose import _Names as Names
 from triage.matcher import Matcher
 from triage.reader import iter_chunks
 from triage.ruleset import Example, Rule, RuleSet
@@ -77,6 +79,9 @@ class Outcome:
 def check_examples(ruleset: RuleSet) -> list[Failure]:
     failures: list[Failure] = []
     for rule in ruleset.rules:
+        if rule.kind == "check":  # evaluated over a run's facts, not matched on lines
+            failures.extend(_check_check(rule))
+            continue
         matcher = Matcher(ruleset, [rule])
         for number, example in enumerate(rule.examples, 1):
             failures.extend(_check_match(matcher, rule, number, example))
@@ -86,6 +91,31 @@ def check_examples(ruleset: RuleSet) -> list[Failure]:
                     Failure(rule.code, f"counter-example {number}", f"matched but must not: {text[:100]!r}",
                             expected="no match", got=rule.code)
                 )
+    return failures
+
+
+def _check_check(rule: Rule) -> list[Failure]:
+    """A check's examples give facts; the check must hold on them, with the derived numbers given."""
+    failures = []
+    for number, example in enumerate(rule.examples, 1):
+        facts = getattr(example, "facts", None)
+        if facts is None:
+            continue
+        names = Names({**DEFAULTS, **facts})
+        if not meets_requirement(rule, names):
+            failures.append(Failure(rule.code, f"example {number}", f"does not hold on facts {facts}", expected=rule.code, got="nothing"))
+            continue
+        derived = derive(rule, Names({**DEFAULTS, **facts}))
+        failures += [
+            Failure(rule.code, f"example {number}", f"derived {name}: expected {want!r}, got {derived.get(name)!r}",
+                    expected=f"{name}={want!r}", got=f"{name}={derived.get(name)!r}")
+            for name, want in example.derived.items()
+            if not _same(derived.get(name), want)
+        ]
+    for number, facts in enumerate(getattr(rule, "counter_facts", []) or [], 1):
+        if meets_requirement(rule, {**DEFAULTS, **facts}):
+            failures.append(Failure(rule.code, f"counter-example {number}", f"holds on facts {facts} but must not",
+                                    expected="no finding", got=rule.code))
     return failures
 
 
@@ -103,7 +133,7 @@ def _check_match(matcher: Matcher, rule: Rule, number: int, example: Example) ->
 
 
 def compare_values(rule: Rule, where: str, event: Event, wanted: dict[str, Any], facts: dict[str, Any]) -> list[Failure]:
-    derived = derive(rule, _Names({**DEFAULTS, **facts, **event.fields}))
+    derived = derive(rule, Names({**DEFAULTS, **facts, **event.fields}))
     failures = []
     for name, want in wanted.items():
         got = event.fields[name] if name in event.fields else derived.get(name)
@@ -237,6 +267,9 @@ def _fired_events(ruleset: RuleSet, source: str, data: bytes) -> tuple[dict[int,
 
 
 def _check_line(where: str, markers: list[Marker], events: list[Event], facts: dict[str, Any]) -> list[Failure]:
+    named = {m.code for m in markers}
+    # Fact rules (capacity lines, metrics) are not findings: a marker speaks of them only by code.
+    events = [e for e in events if e.rule.kind != "fact" or e.rule.code in named]
     fired = {event.rule.code: event for event in events}
     got = _describe(events)
     failures: list[Failure] = []

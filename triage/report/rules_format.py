@@ -1,0 +1,184 @@
+"""Formatting for `rules list`, `rules show`, `rules test` and `explain`. Nothing here matches or computes."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from triage.explain import KV_CACHE, KNOBS, Knob
+
+if TYPE_CHECKING:
+    from triage.ruleset import Rule
+    from triage.ruletest import Outcome
+
+LIST_COLUMNS = ("code", "name", "stage", "severity", "title")
+TEXT_WIDTH = 110
+
+
+# --- rules list ------------------------------------------------------------------------
+
+
+def rule_summary(rule: Rule) -> dict[str, Any]:
+    return {"code": rule.code, "name": rule.name, "stage": rule.stage, "severity": rule.severity,
+            "kind": rule.kind, "title": rule.title}
+
+
+def rules_list(rules: list[Rule], format_name: str) -> str:
+    if format_name == "json":
+        return json.dumps([rule_summary(r) for r in sorted(rules, key=lambda r: r.code)], indent=2, ensure_ascii=False) + "\n"
+    rules = sorted(rules, key=lambda r: r.code)
+    rows = [[getattr(r, c) for c in LIST_COLUMNS] for r in rules]
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(LIST_COLUMNS)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(LIST_COLUMNS, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.append(f"{len(rules)} rules")
+    return "\n".join(lines) + "\n"
+
+
+# --- rules show ------------------------------------------------------------------------
+
+
+def rule_detail(rule: Rule) -> dict[str, Any]:
+    example = rule.examples[0].text if rule.examples else ""
+    return {
+        **rule_summary(rule),
+        "description": rule.description,
+        "versions": rule.versions,
+        "patterns": [{"id": p.id, "versions": p.versions, "hosted": p.hosted} for p in rule.patterns],
+        "require": rule.require.source if rule.require else None,
+        "cause": [_step(s) for s in rule.cause],
+        "fixes": [_step(s) for s in rule.fixes],
+        "example": example,
+        "references": list(rule.references),
+        "deprecated_by": rule.deprecated_by,
+        "file": rule.file,
+        "line": rule.line,
+    }
+
+
+def _step(step) -> dict[str, Any]:
+    return {"text": step.text, "when": step.when.source if step.when else None, "server": step.server}
+
+
+def rule_show(rule: Rule, format_name: str) -> str:
+    detail = rule_detail(rule)
+    if format_name == "json":
+        return json.dumps(detail, indent=2, ensure_ascii=False) + "\n"
+    lines = [f"{rule.code} {rule.name} [{rule.stage}, {rule.severity}{', fact' if rule.kind == 'fact' else ''}]",
+             rule.title, ""]
+    if rule.deprecated_by:
+        lines += [f"Deprecated: use {rule.deprecated_by}.", ""]
+    lines += _section("What it means", [rule.description or rule.title])
+    lines += _section("Why it happens", [_condition(s) for s in detail["cause"]])
+    lines += _section("How to fix", [f"{n}. {_condition(s)}" for n, s in enumerate(detail["fixes"], 1)])
+    if detail["require"]:
+        lines += _section("Fires only when", [detail["require"]])
+    lines += _section("Example", [detail["example"]])
+    covered = [f"{p['id']}: {p['versions'] or 'all versions'}{' (hosted APIs)' if p['hosted'] else ''}"
+               for p in detail["patterns"]]
+    lines += _section(f"vLLM versions ({rule.versions or 'see patterns'})", covered)
+    lines += _section("References", detail["references"])
+    lines.append(f"Defined in {rule.file}:{rule.line}")
+    return "\n".join(lines) + "\n"
+
+
+def _condition(step: dict[str, Any]) -> str:
+    text = step["text"]
+    if step["when"]:
+        text += f"  [when {step['when']}]"
+    if step["server"]:
+        text += "  [server flag: not shown for hosted APIs]"
+    return text
+
+
+def _section(title: str, items: list[str]) -> list[str]:
+    if not items:
+        return []
+    return [f"{title}:", *(f"  {item}" for item in items), ""]
+
+
+# --- rules test ------------------------------------------------------------------------
+
+
+def test_outcome(outcome: Outcome) -> str:
+    counted = (f"{outcome.rules} rules, {outcome.examples} examples, "
+               f"{outcome.markers} markers in {outcome.fixtures} fixture{'s' if outcome.fixtures != 1 else ''}")
+    if outcome.passed:
+        return f"rules test: all passed ({counted})\n"
+    lines = []
+    for failure in outcome.failures:
+        lines.append(f"FAIL {failure.where}  {failure.rule}: {failure.problem}")
+        if failure.expected is not None or failure.got is not None:
+            lines.append(f"  - expected: {failure.expected}")
+            lines.append(f"  + got:      {failure.got}")
+    lines.append(f"rules test: {len(outcome.failures)} failure{'s' if len(outcome.failures) != 1 else ''} ({counted})")
+    return "\n".join(lines) + "\n"
+
+
+# --- explain ---------------------------------------------------------------------------
+
+
+def knob_dict(knob: Knob, titles: dict[str, str]) -> dict[str, Any]:
+    return {
+        "topic": knob.topic, "title": knob.title, "set_where": knob.set_where, "limits": knob.limits,
+        "when_exceeded": knob.when_exceeded, "notes": knob.notes,
+        "rules": [{"code": c, "title": titles.get(c, "")} for c in knob.rules],
+    }
+
+
+def explain_all(titles: dict[str, str], format_name: str) -> str:
+    if format_name == "json":
+        document = {"knobs": [knob_dict(k, titles) for k in KNOBS], "kv_cache": knob_dict(KV_CACHE, titles)}
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    table = Table(title="The five knobs that bound a request's length", show_lines=True, expand=True)
+    for column in ("knob", "set where", "limits", "when exceeded"):
+        table.add_column(column, ratio=1 if column in ("knob", "limits") else 2, overflow="fold")
+    for knob in KNOBS:
+        table.add_row(f"{knob.title}\n(explain {knob.topic})", knob.set_where, knob.limits, knob.when_exceeded)
+    tail = (f"\nAnd the one that decides them all: KV-cache memory. {KV_CACHE.set_where} "
+            f"{KV_CACHE.notes} (vllm-triage explain {KV_CACHE.topic})\n")
+    return _render(table, format_name) + _wrap(tail, format_name)
+
+
+def explain_topic(knob: Knob, titles: dict[str, str], format_name: str) -> str:
+    if format_name == "json":
+        return json.dumps(knob_dict(knob, titles), indent=2, ensure_ascii=False) + "\n"
+    lines = [knob.title, ""]
+    lines += _section("Set where", [knob.set_where])
+    lines += _section("Limits", [knob.limits])
+    lines += _section("When exceeded", [knob.when_exceeded])
+    lines += _section("Good to know", [knob.notes])
+    if knob is not KV_CACHE:
+        lines += _section("What decides it", [f"KV-cache memory. {KV_CACHE.notes} (vllm-triage explain {KV_CACHE.topic})"])
+    lines += _section("Related rules (vllm-triage rules show CODE)",
+                      [f"{c}  {titles.get(c, '(not in this rule set)')}" for c in knob.rules])
+    return _wrap("\n".join(lines).rstrip() + "\n", format_name)
+
+
+def _width() -> int:
+    return min(shutil.get_terminal_size((TEXT_WIDTH, 24)).columns, 140)
+
+
+def _render(renderable, format_name: str) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=format_name == "rich", no_color=format_name != "rich",
+                      width=_width(), highlight=False)
+    console.print(renderable)
+    return buffer.getvalue()
+
+
+def _wrap(text: str, format_name: str) -> str:
+    """Long paragraphs wrapped to the width, keeping the indentation of each line."""
+    width = _width()
+    out = []
+    for line in text.split("\n"):
+        indent = line[: len(line) - len(line.lstrip())]
+        out.append(textwrap.fill(line, width, subsequent_indent=indent + ("   " if line.lstrip()[:1].isdigit() else ""))
+                   if len(line) > width else line)
+    return "\n".join(out)
