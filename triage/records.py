@@ -70,11 +70,18 @@ RANK = regex.compile(
     r"|\b(?:Worker|VllmWorker|EngineCore)[_ ](?P<parallel>(?:(?:[A-Z]{2,3})\d+_?)+)(?![\w])"
     r"|\bEngineCore_(?P<engine>\d+)\b"
 )
-JSON_MESSAGE_KEYS = ("message", "msg", "log")
+JSON_MESSAGE_KEYS = ("message", "msg", "log", "event")
+# Fields that carry an exception or an upstream error body next to the message.
+JSON_ERROR_KEYS = (
+    "error", "err", "exception", "exc_info", "exc_text", "stack_trace", "stacktrace", "traceback",
+    "body", "response", "detail", "reason",
+)
+JSON_LEVEL_KEYS = ("level", "levelname", "severity")
+JSON_TIME_KEYS = ("timestamp", "time", "ts", "@timestamp", "asctime")
 # Keys that tell a log record from an error body (which also has a "message").
 JSON_LOG_KEYS = {
     "level", "levelname", "severity", "time", "timestamp", "asctime", "@timestamp", "ts",
-    "logger", "name", "stream", "log",
+    "logger", "name", "stream", "log", "event",
 }
 ESCAPES = (
     ("\\\\", "\\"),
@@ -170,22 +177,39 @@ def rank_of(process: str) -> str | None:
 
 
 def _unwrap_json_log(parts: LineParts) -> None:
-    """JSON log lines ({"level": ..., "message": ...}) carry the message in a field."""
+    """JSON log lines ({"level": ..., "message": ...}) carry the message in a field.
+
+    Structured loggers put the exception or the upstream body in a field of its own
+    ("exc_info", "error", "body"...): those are kept after the message. Other fields
+    (a logged "prompt", "messages") are user text and are left out.
+    """
     try:
         record = json.loads(parts.text)
     except ValueError:
         return
     if not isinstance(record, dict) or not JSON_LOG_KEYS & record.keys():
         return  # an error body, not a log record: keep it whole (its "code" and "param" tell who sent it)
-    for key in JSON_MESSAGE_KEYS:
-        if isinstance(record.get(key), str):
-            parts.text = record[key].rstrip("\r\n")
-            level = record.get("level") or record.get("levelname") or record.get("severity")
-            parts.level = str(level).upper() if level else parts.level
-            stamp = record.get("timestamp") or record.get("asctime") or record.get("time") or record.get("@timestamp")
-            parts.time = str(stamp) if stamp else parts.time
-            _strip_prefixes(parts)
-            return
+    key = next((k for k in JSON_MESSAGE_KEYS if isinstance(record.get(k), str)), None)
+    if key is None:
+        return
+    parts.text = _one_line(record[key])
+    level = _first_value(record, JSON_LEVEL_KEYS)
+    parts.level = str(level).upper() if level else parts.level
+    stamp = _first_value(record, JSON_TIME_KEYS)
+    parts.time = str(stamp) if stamp else parts.time
+    _strip_prefixes(parts)
+    errors = [_one_line(record[k]) for k in JSON_ERROR_KEYS if k in record and k != key and record[k]]
+    if errors:
+        parts.text = " ".join([parts.text, *errors])
+
+
+def _one_line(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text.rstrip("\r\n").replace("\r\n", " ").replace("\n", " ")
+
+
+def _first_value(record: dict, keys: tuple[str, ...]) -> object:
+    return next((record[key] for key in keys if record.get(key)), None)
 
 
 def unescape(text: str) -> str:
