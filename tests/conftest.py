@@ -17,3 +17,15 @@ def ruleset():
 @pytest.fixture(scope="session")
 def matcher(ruleset):
     return Matcher(ruleset)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden", action="store_true", default=False,
+        help="Rewrite tests/golden/* from the current output (review the diff before committing).",
+    )
+
+
+@pytest.fixture(scope="session")
+def update_golden(request):
+    return request.config.getoption("--update-golden")

@@ -1,13 +1,24 @@
-"""Formatters: each turns a scan result into text. They never match or compute."""
+"""Formatters: each turns a scan result into text. They never match or compute.
+
+The registry is the plain dict in _formatters(): a format name and a function from a
+ScanResult to text. Add a format by adding a module and one entry there.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from triage.expr import PLACEHOLDER
 from triage.types import SEVERITIES, Finding, severity_rank
+
+TOOL_NAME = "vllm-triage"
 
 
 @dataclass(slots=True)
@@ -16,12 +27,18 @@ class ScanResult:
     inputs: list[str]
     errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules
     rules: list[Any] = field(default_factory=list)  # every rule that was run (for SARIF, JUnit)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # input name -> what that log said about itself
+    skipped: list[str] = field(default_factory=list)  # inputs opened but not logs (binary): not scanned
 
 
 def ordered(findings: list[Finding]) -> list[Finding]:
     """Most severe first, then by where they are."""
     return sorted(findings, key=lambda f: (-severity_rank(f.severity), f.source, f.line))
+
+
+def checks(result: ScanResult) -> list[Any]:
+    """The rules that can yield findings (fact rules only inform them), in code order."""
+    return sorted((r for r in result.rules if getattr(r, "kind", "finding") != "fact"), key=lambda r: r.code)
 
 
 def summary_line(result: ScanResult) -> str:
@@ -45,13 +62,55 @@ def where(finding: Finding) -> str:
     return text
 
 
+def relative_path(source: str) -> str:
+    """The input as a path relative to the working directory, with forward slashes
+    (what GitHub annotations and SARIF locations resolve against the checkout)."""
+    if source.startswith("<"):  # <stdin>
+        return source
+    path = Path(source)
+    if path.is_absolute():
+        try:
+            path = path.relative_to(Path.cwd())
+        except ValueError:
+            return path.as_posix()
+    return Path(os.path.normpath(path)).as_posix()
+
+
+def fingerprint(finding: Finding) -> str:
+    """Stable across log rotation and re-runs: rule, input and numbers, never the line."""
+    numbers = json.dumps(finding.fields, sort_keys=True, default=str, separators=(",", ":"))
+    key = "\0".join((finding.code, relative_path(finding.source), numbers))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def help_text(rule: Any) -> str:
+    """What a rule means, why it happens and how to fix it, as plain text (SARIF help)."""
+    parts = [rule.description or rule.title]
+    causes = [_placeholders(step.text) for step in rule.cause]
+    if causes:
+        parts.append("Why: " + " ".join(causes))
+    fixes = [_placeholders(step.text) for step in rule.fixes]
+    if fixes:
+        parts.append("Fixes (each finding fills in its <numbers>):\n" + "\n".join(f"- {fix}" for fix in fixes))
+    return "\n\n".join(parts)
+
+
+def _placeholders(template: str) -> str:
+    return PLACEHOLDER.sub(lambda m: f"<{m['name']}>", template)
+
+
 def _formatters() -> dict[str, Callable[[ScanResult], str]]:
-    from triage.report import json_format, text
+    from triage.report import github, json_format, jsonl, junit, markdown, sarif, text
 
     return {
         "text": text.render_plain,
         "rich": text.render_rich,
         "json": json_format.render,
+        "jsonl": jsonl.render,
+        "sarif": sarif.render,
+        "github": github.render,
+        "junit": junit.render,
+        "markdown": markdown.render,
     }
 
 

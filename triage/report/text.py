@@ -25,8 +25,9 @@ def _plain_finding(finding: Finding) -> str:
     lines = [
         f"{finding.code} {finding.name} [{finding.stage}, {finding.severity}] {finding.title}",
         f"  at {where(finding)}",
-        f"  vLLM said: {finding.excerpt}",
     ]
+    if finding.excerpt:  # gate assertions quote no line
+        lines.append(f"  vLLM said: {finding.excerpt}")
     if finding.cause:
         lines.append("  cause: " + " ".join(finding.cause))
     for number, fix in enumerate(finding.fixes, 1):
@@ -46,10 +47,9 @@ def render_rich(result: ScanResult) -> str:
 
 def _panel(finding: Finding) -> Panel:
     style = STYLE[finding.severity]
-    body = [
-        Text(where(finding), style="dim"),
-        Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")),
-    ]
+    body = [Text(where(finding), style="dim")]
+    if finding.excerpt:
+        body.append(Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")))
     if finding.cause:
         body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
     for number, fix in enumerate(finding.fixes, 1):

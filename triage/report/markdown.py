@@ -1,0 +1,53 @@
+"""A markdown report to paste into an issue or a pull-request comment (and the GitHub step summary)."""
+
+from __future__ import annotations
+
+import re
+
+from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
+from triage.types import Finding
+
+ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def render(result: ScanResult) -> str:
+    blocks = [f"## {TOOL_NAME}: {summary_line(result)}"]
+    findings = ordered(result.findings)
+    if findings:
+        blocks.append(table(findings))
+        blocks.extend(details(f) for f in findings)
+    if result.errors:
+        blocks.append("**Could not read everything:**\n\n" + "\n".join(f"- {cell(e)}" for e in result.errors))
+    return "\n\n".join(blocks) + "\n"
+
+
+def table(findings: list[Finding]) -> str:
+    rows = ["| | code | stage | where | what |", "|---|---|---|---|---|"]
+    rows += [
+        f"| {ICON[f.severity]} {f.severity} | `{f.code}` | {f.stage} | {cell(where(f))} | {cell(f.title)} |"
+        for f in findings
+    ]
+    return "\n".join(rows)
+
+
+def details(finding: Finding) -> str:
+    lines = [f"### {ICON[finding.severity]} {finding.code} {finding.name}: {cell(finding.title)}", "", f"at {cell(where(finding))}"]
+    if finding.excerpt:
+        lines += ["", "vLLM said:", "", fenced(finding.excerpt)]
+    if finding.cause:
+        lines += ["", "**Cause:** " + " ".join(finding.cause)]
+    if finding.fixes:
+        lines += ["", "**Fix:**", ""] + [f"{number}. {fix}" for number, fix in enumerate(finding.fixes, 1)]
+    return "\n".join(lines)
+
+
+def cell(text: str) -> str:
+    """One line that cannot break a table row or open an HTML tag."""
+    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;").replace("`", "'")
+
+
+def fenced(text: str) -> str:
+    """A code block whose fence is longer than any run of backticks inside the text."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
