@@ -11,9 +11,10 @@ from triage import __version__
 from triage.diagnose import diagnose
 from triage.gate import Thresholds, checks_run, evaluate
 from triage.matcher import Matcher
-from triage.reader import InputError, iter_chunks, open_input
+from triage.reader import InputError, iter_chunks, open_input, sniff_binary
+from triage.redact import redact_result
 from triage.report import ScanResult, format_names, render, summary_line
-from triage.ruleset import RuleError, RuleSet, load_rules
+from triage.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.types import SEVERITIES, severity_rank
 
 FAIL_ON = [*SEVERITIES, "never"]
@@ -23,7 +24,8 @@ FORMAT_HELP = (
 )
 OUTPUT_HELP = "Write the report to FILE; stderr gets the one-line summary."
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports after Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports when the reader went away
 
 
 def fail(message: str) -> None:
@@ -40,29 +42,51 @@ def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
         raise  # unreachable
 
 
-def scan_paths(paths: list[str], matcher: Matcher) -> ScanResult:
-    findings, inputs, errors = [], [], []
+class ScanInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan; carries the result of what was read until then."""
+
+    def __init__(self, result: ScanResult):
+        super().__init__()
+        self.result = result
+
+
+def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> ScanResult:
+    findings, inputs, errors, skipped = [], [], [], []
     facts = {}
+    interrupted = False
     for path in paths:
         try:
             name, stream = open_input(path)
         except InputError as exc:
             errors.append(str(exc))
             continue
-        inputs.append(name)
         events = []
         try:
+            not_a_log = sniff_binary(stream)
+            if not_a_log:
+                errors.append(f"{name}: {not_a_log}; skipped")
+                skipped.append(name)
+                continue
+            inputs.append(name)
             events.extend(matcher.scan(name, iter_chunks(stream)))
         except InputError as exc:
             errors.append(f"{name}: {exc} (scanned what could be read)")
+        except KeyboardInterrupt:
+            interrupted = True
+            errors.append(f"{name}: interrupted; the report covers what was read until then")
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
-        result = diagnose(events)
+        result = diagnose(events, keep_text)
         findings.extend(result.findings)
         facts[name] = result.facts
+        if interrupted:
+            break
     errors.extend(matcher.warnings)
-    return ScanResult(findings, inputs, errors, list(matcher.rules), facts)
+    result = ScanResult(findings, inputs, errors, list(matcher.rules), facts, skipped=skipped)
+    if interrupted:
+        raise ScanInterrupted(result)
+    return result
 
 
 def pick_format(requested: str) -> str:
@@ -120,7 +144,28 @@ def exit_code(result: ScanResult, fail_on: str, had_input_error: bool) -> int:
     return EXIT_CLEAN
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class TriageGroup(click.Group):
+    """Ends quietly when the reader of stdout goes away (`| head`) and on Ctrl-C."""
+
+    def invoke(self, ctx: click.Context) -> None:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except KeyboardInterrupt:
+            click.echo("vllm-triage: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit cannot fail on the closed pipe
+    (the recipe in Python's documentation of SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+@click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-triage")
 def main() -> None:
     """Diagnose vLLM context-length and KV-cache failures from logs, tracebacks and client errors."""
@@ -139,18 +184,41 @@ def main() -> None:
 )
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help=OUTPUT_HELP)
-def scan(paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tuple[str, ...], output: str | None) -> None:
+@click.option("--show-text", is_flag=True, help="Include each finding's whole log record (off: vLLM's lines can quote prompts).")
+@click.option("--redact", is_flag=True, help="Mask API keys, tokens, e-mail and IP addresses in everything printed.")
+@click.option("--select", "selected", multiple=True, help="Only these rules: code, code prefix (VT1, VT30) or name (repeatable).")
+@click.option("--ignore", "ignored", multiple=True, help="Skip these rules: code, code prefix or name (repeatable).")
+def scan(
+    paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tuple[str, ...], output: str | None,
+    show_text: bool, redact: bool, selected: tuple[str, ...], ignored: tuple[str, ...],
+) -> None:
     """Scan vLLM logs, tracebacks or client errors (files, .gz, or - for stdin)."""
     ruleset = load_ruleset(rule_paths)
+    try:
+        chosen = select_rules(ruleset.rules, selected, ignored)
+    except RuleError as exc:
+        fail(str(exc))
     inputs = list(paths) or ["-"]
     if inputs == ["-"] and sys.stdin.isatty():
         click.echo("vllm-triage: paste the log, then Ctrl-D", err=True)
-    result = scan_paths(inputs, Matcher(ruleset))
-    read_errors = len(inputs) - len(result.inputs)
+    interrupted = False
+    try:
+        result = scan_paths(inputs, Matcher(ruleset, chosen), keep_text=show_text)
+    except ScanInterrupted as stop:
+        result, interrupted = stop.result, True
+    if redact:  # the one place: every format, and the messages below, get the masked result
+        result = redact_result(result)
+    unreadable = len(inputs) - len(result.inputs) - len(result.skipped)
+    input_error = unreadable > 0 or not result.inputs  # binary inputs alone only warn, unless nothing was read
     for error in result.errors:
-        click.echo(f"vllm-triage: {'error' if read_errors else 'warning'}: {error}", err=True)
-    emit(result, pick_report_format(format_name, output), output)
-    sys.exit(exit_code(result, fail_on, had_input_error=read_errors > 0))
+        click.echo(f"vllm-triage: {'error' if input_error else 'warning'}: {error}", err=True)
+    code = EXIT_INTERRUPTED if interrupted else exit_code(result, fail_on, had_input_error=input_error)
+    try:
+        emit(result, pick_report_format(format_name, output), output)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` read what it wanted: the scan itself is complete
+        silence_stdout()
+    sys.exit(code)
 
 
 @main.command()
@@ -258,3 +326,64 @@ def budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin, format_
     except (planner.PlanError, modelconfig.ModelConfigError) as exc:
         fail(str(exc))
     click.echo(render_budget(result, pick_format(format_name)), nl=False)
+
+
+@main.group()
+def rules() -> None:
+    """List, explain and test the rules (built-in, plus --rules files)."""
+
+
+@rules.command("list")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def rules_list(rule_paths: tuple[str, ...], format_name: str) -> None:
+    """Every rule: code, name, stage, severity, title."""
+    from triage.report.rules_format import rules_list as render_list
+
+    click.echo(render_list(load_ruleset(rule_paths).rules, format_name), nl=False)
+
+
+@rules.command("show")
+@click.argument("code_or_name")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def rules_show(code_or_name: str, rule_paths: tuple[str, ...], format_name: str) -> None:
+    """What a rule means, why it fires, how to fix it, an example and the vLLM versions it covers."""
+    from triage.report.rules_format import rule_show
+
+    rule = load_ruleset(rule_paths).by_code(code_or_name.strip()) or load_ruleset(rule_paths).by_code(code_or_name.strip().upper())
+    if rule is None:
+        fail(f"no rule {code_or_name!r} (vllm-triage rules list shows them all)")
+    click.echo(rule_show(rule, format_name), nl=False)
+
+
+@rules.command("test")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+def rules_test(paths: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
+    """Run every rule's examples, and the markers of annotated fixture logs in PATHS (files or folders)."""
+    from triage import ruletest
+    from triage.report.rules_format import test_outcome
+
+    outcome = ruletest.run(load_ruleset(rule_paths), paths)
+    click.echo(test_outcome(outcome), nl=False)
+    sys.exit(EXIT_CLEAN if outcome.passed else EXIT_FINDINGS)
+
+
+@main.command()
+@click.argument("topic", required=False)
+@click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
+def explain(topic: str | None, format_name: str) -> None:
+    """The five length knobs side by side, or one TOPIC (e.g. max-model-len, max-tokens, kv-cache)."""
+    from triage.explain import find_topic, topic_names
+    from triage.report.rules_format import explain_all, explain_topic
+
+    titles = {rule.code: rule.title for rule in load_ruleset(()).rules}
+    format_name = pick_format(format_name)
+    if topic is None:
+        click.echo(explain_all(titles, format_name), nl=False)
+        return
+    knob = find_topic(topic)
+    if knob is None:
+        fail(f"no topic {topic!r}; choose one of: {', '.join(topic_names())}")
+    click.echo(explain_topic(knob, titles, format_name), nl=False)

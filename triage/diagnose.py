@@ -29,7 +29,9 @@ class Diagnosis:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def diagnose(events: Iterable[Event]) -> Diagnosis:
+def diagnose(events: Iterable[Event], keep_text: bool = False) -> Diagnosis:
+    """keep_text: findings carry their record's full text (--show-text); off, because
+    vLLM's log lines can quote whole prompts."""
     facts: dict[str, Any] = {}
     problems: list[Event] = []
     for event in events:
@@ -39,11 +41,11 @@ def diagnose(events: Iterable[Event]) -> Diagnosis:
         else:
             problems.append(event)
     problems = [e for e in problems if meets_requirement(e.rule, {**DEFAULTS, **facts, **e.fields})]
-    findings = [to_finding(event, facts) for event in problems]
+    findings = [to_finding(event, facts, keep_text) for event in problems]
     return Diagnosis(aggregate(findings), facts)
 
 
-def to_finding(event: Event, facts: Mapping[str, Any]) -> Finding:
+def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False) -> Finding:
     rule: Rule = event.rule
     names = _Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
     derived = derive(rule, names)
@@ -71,6 +73,7 @@ def to_finding(event: Event, facts: Mapping[str, Any]) -> Finding:
         hosted=event.hosted,
         references=list(rule.references),
         facts={k: facts[k] for k in sorted(names.used) if k in facts and k not in event.fields},
+        text=record.text if keep_text else None,
     )
 
 

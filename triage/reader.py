@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -54,6 +56,57 @@ def _maybe_gunzip(stream: BinaryIO) -> BinaryIO:
     return buffered  # type: ignore[return-value]
 
 
+# What an input that is not a log starts with; the scan skips it with a warning.
+SNIFF_SIZE = 8192
+MAGIC = (
+    (b"\x7fELF", "an ELF binary or core dump"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF87a", "a GIF image"),
+    (b"GIF89a", "a GIF image"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"%PDF-", "a PDF document"),
+    (b"\xfd7zXZ\x00", "xz-compressed data"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+    (b"\x1f\x8b", "gzip data inside gzip"),
+)
+NOT_TEXT = re.compile(rb"[\x01-\x07\x0e-\x1a\x1c-\x1f\x7f]")
+MAX_NOT_TEXT = 0.1  # share of control or undecodable bytes above which an input is binary
+
+
+def sniff_binary(stream: BinaryIO) -> str | None:
+    """Why the input is not a text log (a core dump, an image, ...), or None when it may be one.
+
+    Looks at the first SNIFF_SIZE bytes without consuming them. NULs alone do not make
+    an input binary: a log rotated with copytruncate starts with a run of them.
+    """
+    try:
+        head = stream.peek(SNIFF_SIZE)[:SNIFF_SIZE]  # type: ignore[attr-defined]
+    except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        return f"not readable gzip data ({exc})"
+    for magic, kind in MAGIC:
+        if head.startswith(magic):
+            return f"looks like {kind}, not a log"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_utf16(head):
+        return "looks like UTF-16 text; convert it first: iconv -f UTF-16 -t UTF-8"
+    text = head.replace(b"\x00", b"")
+    if not text:
+        return None
+    undecodable = text.decode("utf-8", errors="replace").count("\ufffd")
+    if (len(NOT_TEXT.findall(text)) + undecodable) / len(text) > MAX_NOT_TEXT:
+        return "looks like binary data, not a log"
+    return None
+
+
+def _looks_utf16(head: bytes) -> bool:
+    """ASCII text in UTF-16: every other byte is NUL, the bytes between are not."""
+    half = len(head) // 2
+    if half < 8:
+        return False
+    even_nuls, odd_nuls = head[0::2].count(0), head[1::2].count(0)
+    return max(even_nuls, odd_nuls) > 0.8 * half and min(even_nuls, odd_nuls) < 0.1 * half
+
+
 def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE) -> Iterator[Chunk]:
     """Yield chunks that end at a line boundary; a longer line grows the buffer."""
     buffer = bytearray(chunk_size)
@@ -84,6 +137,8 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE) -> Iterator[Chun
 
 def _read_into(stream: BinaryIO, target: memoryview) -> int:
     try:
-        return stream.readinto(target) or 0  # type: ignore[attr-defined]
+        # One raw read, not "until full": lines from a pipe are scanned as they arrive,
+        # so a live stream is diagnosed as it goes and Ctrl-C can report them.
+        return stream.readinto1(target) or 0  # type: ignore[attr-defined]
     except (EOFError, gzip.BadGzipFile) as exc:
         raise InputError(f"truncated or corrupt gzip data ({exc})") from None

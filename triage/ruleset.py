@@ -32,11 +32,17 @@ MACRO = regex.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYP
 
 # Names the diagnosis provides to every template besides the rule's own fields.
 PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note"}
+# Names the diagnosis provides to `kind: check` rules: the run's request rejections in figures.
+CHECK_NAMES = {
+    "rejected", "requested_p50", "requested_p90", "requested_p99", "requested_max",
+    "prompt_over_window", "fit_with_smaller_max_tokens", "recommended_max_model_len",
+    "recommended_kv_gib", "recommended_concurrency", "current_concurrency",
+}
 
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
-    "versions", "deprecated_by", "require",
+    "versions", "deprecated_by", "require", "attach_to",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
@@ -101,6 +107,10 @@ class Rule:
     # An event becomes a finding only when this holds (e.g. a metrics line with the KV cache
     # nearly full *and* requests waiting); evaluated by diagnose, not by the matcher.
     require: Expression | None = None
+    # kind "check": evaluated over a run's facts, not matched on a line. With attach_to (a
+    # stage) its cause and fixes join each finding of that stage instead of making their own.
+    attach_to: str | None = None
+    counter_facts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -247,8 +257,9 @@ def load_rules(extra: Iterable[str | Path] = (), builtin: bool = True) -> RuleSe
         hosted.extend(m for m in file_hosted if m not in hosted)
     _check_unique(rules)
     ruleset = RuleSet(rules, skip, hosted)
+    every_name = {name for rule in rules for name in (*rule.field_types, *rule.derived)}
     for rule in rules:
-        _check_names(rule, ruleset.fact_names)
+        _check_names(rule, ruleset.fact_names if rule.kind != "check" else every_name | CHECK_NAMES)
     return ruleset
 
 
@@ -283,7 +294,8 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
     line = getattr(raw, "line", 0)
     where = f"{path}:{line}"
     _unknown_keys(path, raw, RULE_KEYS, "rule")
-    for key in ("code", "name", "title", "keywords", "patterns", "examples"):
+    required = ("keywords", "patterns") if raw.get("kind") != "check" else ("require",)
+    for key in ("code", "name", "title", *required, "examples"):
         if key not in raw:
             raise RuleError(f"{where}: rule is missing '{key}'")
     code = str(raw["code"])
@@ -296,11 +308,13 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
     if stage not in STAGES:
         raise RuleError(f"{where}: stage must be one of {', '.join(STAGES)}")
     kind = raw.get("kind", "finding")
-    if kind not in ("finding", "fact"):
-        raise RuleError(f"{where}: kind must be 'finding' or 'fact'")
+    if kind not in ("finding", "fact", "check"):
+        raise RuleError(f"{where}: kind must be 'finding', 'fact' or 'check'")
     severity = raw.get("severity", "info")
     if severity not in SEVERITIES:
         raise RuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+    if kind == "check":
+        return _parse_check(path, raw, where, stage, severity)
     keywords = _string_list(path, raw, "keywords")
     if not keywords:
         raise RuleError(f"{where}: 'keywords' must list at least one literal text")
@@ -491,3 +505,52 @@ def _string_list(path: Path, raw: dict, key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise RuleError(f"{path}:{getattr(raw, 'line', 0)}: '{key}' must be a list of texts")
     return list(value)
+
+
+def _parse_check(path: Path, raw: dict, where: str, stage: str, severity: str) -> Rule:
+    """A rule evaluated over a run's facts; its examples are facts, not log text."""
+    attach_to = raw.get("attach_to")
+    if attach_to is not None and attach_to not in STAGES:
+        raise RuleError(f"{where}: attach_to must be one of {', '.join(STAGES)}")
+    block = raw.get("examples") or {}
+    if not isinstance(block, dict) or not block.get("match"):
+        raise RuleError(f"{where}: a check needs examples.match: facts for which it holds")
+    examples, counter = [], []
+    for item in block.get("match") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("facts"), dict):
+            raise RuleError(f"{where}: each check example is a mapping with 'facts'")
+        examples.append(Example("", dict(item["facts"]), dict(item.get("derived") or {})))
+    for item in block.get("no_match") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("facts"), dict):
+            raise RuleError(f"{where}: each check counter-example is a mapping with 'facts'")
+        counter.append(dict(item["facts"]))
+    return Rule(
+        code=str(raw["code"]), name=str(raw["name"]), title=str(raw["title"]), stage=stage,
+        severity=severity, kind="check", description=str(raw.get("description", "")).strip(),
+        keywords=[], patterns=[], field_types={}, derived=_parse_derived(where, raw),
+        cause=_parse_steps(where, raw, "cause"), fixes=_parse_steps(where, raw, "fixes"),
+        references=_string_list(path, raw, "references"), examples=examples, counter_examples=[],
+        versions=str(raw.get("versions", "")), deprecated_by=raw.get("deprecated_by"),
+        file=str(path), line=getattr(raw, "line", 0), require=_parse_require(where, raw),
+        attach_to=attach_to, counter_facts=counter,
+    )
+
+
+def select_rules(rules: list[Rule], select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[Rule]:
+    """The finding rules chosen by code, code prefix (VT1, VT30) or name; fact rules always stay,
+    since every finding may need what they tell. A selector that matches no rule is an error."""
+    select, ignore = list(select), list(ignore)
+    for selector in select + ignore:
+        if not any(_selected(rule, selector) for rule in rules):
+            raise RuleError(f"--select/--ignore {selector}: matches no rule code, code prefix or rule name")
+    chosen = []
+    for rule in rules:
+        if rule.kind == "fact":
+            chosen.append(rule)
+        elif (not select or any(_selected(rule, s) for s in select)) and not any(_selected(rule, s) for s in ignore):
+            chosen.append(rule)
+    return chosen
+
+
+def _selected(rule: Rule, selector: str) -> bool:
+    return rule.name == selector or rule.code.startswith(selector.upper())

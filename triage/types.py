@@ -62,3 +62,4 @@ class Finding:
     hosted: bool = False
     references: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)  # what the log said elsewhere, as used here
+    text: str | None = None  # the whole record, only with --show-text: it may quote a prompt
