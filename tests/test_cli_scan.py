@@ -1,5 +1,6 @@
 """The scan command as users run it: files, stdin, gzip, several inputs, JSON, exit codes."""
 
+import functools
 import gzip
 import json
 import subprocess
@@ -9,7 +10,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from triage.cli import main
+from triage.cli import main, paste_hint
 
 from conftest import FIXTURES, ROOT
 
@@ -65,6 +66,18 @@ SCAN_SCHEMA = {
         "findings": {"type": "array", "items": FINDING_SCHEMA},
     },
 }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_rule_load_per_module():
+    """Loading the built-in rules takes most of a scan's time here: load them once per module."""
+    import triage.cli
+
+    cached = functools.cache(lambda paths: triage.cli.load_rules(paths))
+    original = triage.cli.load_ruleset
+    triage.cli.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
+    yield
+    triage.cli.load_ruleset = original
 
 
 def scan(*args, stdin=None):
@@ -207,3 +220,10 @@ def test_a_request_log_line_quoting_an_error_is_not_a_finding_but_the_next_line_
     )
     _, document = scan_json("-", stdin=quoted + real)
     assert [(f["line"], f["fields"]["max_model_len"]) for f in document["findings"]] == [(2, 8192)]
+
+
+def test_the_paste_hint_only_when_stdin_is_a_terminal_and_no_file_is_given():
+    assert paste_hint(["-"], stdin_is_terminal=True) == "vllm-triage: paste the log, then Ctrl-D"
+    assert paste_hint(["-"], stdin_is_terminal=False) is None  # a pipe
+    assert paste_hint(["server.log"], stdin_is_terminal=True) is None
+    assert paste_hint(["server.log", "-"], stdin_is_terminal=True) is None

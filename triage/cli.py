@@ -89,6 +89,13 @@ def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> S
     return result
 
 
+def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
+    """The one-line hint for a user who ran scan with nothing piped in: stdin is their keyboard."""
+    if inputs == ["-"] and stdin_is_terminal:
+        return "vllm-triage: paste the log, then Ctrl-D"
+    return None
+
+
 def pick_format(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -199,8 +206,9 @@ def scan(
     except RuleError as exc:
         fail(str(exc))
     inputs = list(paths) or ["-"]
-    if inputs == ["-"] and sys.stdin.isatty():
-        click.echo("vllm-triage: paste the log, then Ctrl-D", err=True)
+    hint = paste_hint(inputs, sys.stdin.isatty())
+    if hint:
+        click.echo(hint, err=True)
     interrupted = False
     try:
         result = scan_paths(inputs, Matcher(ruleset, chosen), keep_text=show_text)
