@@ -63,7 +63,7 @@ KNOBS: tuple[Knob, ...] = (
             "The number in the error is the served window, which may be smaller than the model "
             "card says: set by the flag, derived from config.json, or cut at startup."
         ),
-        rules=("VT101", "VT102", "VT103", "VT104", "VT110", "VT201", "VT403", "VT410"),
+        rules=("VT101", "VT102", "VT103", "VT104", "VT105", "VT107", "VT108", "VT110", "VT201", "VT305", "VT403", "VT410"),
     ),
     Knob(
         topic="max-tokens",

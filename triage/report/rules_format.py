@@ -137,8 +137,9 @@ def explain_all(titles: dict[str, str], format_name: str) -> str:
         document = {"knobs": [knob_dict(k, titles) for k in KNOBS], "kv_cache": knob_dict(KV_CACHE, titles)}
         return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     table = Table(title="The five knobs that bound a request's length", show_lines=True, expand=True)
-    for column in ("knob", "set where", "limits", "when exceeded"):
-        table.add_column(column, ratio=1 if column in ("knob", "limits") else 2, overflow="fold")
+    table.add_column("knob", width=28, overflow="fold")  # the longest flag name stays whole
+    for column in ("set where", "limits", "when exceeded"):
+        table.add_column(column, ratio=1 if column == "limits" else 2, overflow="fold")
     for knob in KNOBS:
         table.add_row(f"{knob.title}\n(explain {knob.topic})", knob.set_where, knob.limits, knob.when_exceeded)
     tail = (f"\nAnd the one that decides them all: KV-cache memory. {KV_CACHE.set_where} "
