@@ -137,8 +137,11 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE) -> Iterator[Chun
 
 def _read_into(stream: BinaryIO, target: memoryview) -> int:
     try:
-        # One raw read, not "until full": lines from a pipe are scanned as they arrive,
-        # so a live stream is diagnosed as it goes and Ctrl-C can report them.
-        return stream.readinto1(target) or 0  # type: ignore[attr-defined]
+        # What is buffered, else one raw read; never "until full": lines from a pipe are
+        # scanned as they arrive, so a live stream is diagnosed as it goes and Ctrl-C can
+        # report them. (readinto1 would issue a second, blocking read after a peek.)
+        data = stream.read1(len(target))  # type: ignore[attr-defined]
     except (EOFError, gzip.BadGzipFile) as exc:
         raise InputError(f"truncated or corrupt gzip data ({exc})") from None
+    target[: len(data)] = data
+    return len(data)

@@ -19,7 +19,10 @@ FINDING_KEYS = (
 
 def finding_dict(finding) -> dict:
     data = asdict(finding)
-    return {key: data[key] for key in FINDING_KEYS}
+    document = {key: data[key] for key in FINDING_KEYS}
+    if finding.text is not None:  # only with --show-text: the whole record, which may quote a prompt
+        document["text"] = finding.text
+    return document
 
 
 def render(result: ScanResult) -> str:

@@ -28,6 +28,8 @@ def _plain_finding(finding: Finding) -> str:
     ]
     if finding.excerpt:  # gate assertions quote no line
         lines.append(f"  vLLM said: {finding.excerpt}")
+    if finding.text is not None:  # only with --show-text
+        lines.append(f"  full text: {finding.text}")
     if finding.cause:
         lines.append("  cause: " + " ".join(finding.cause))
     for number, fix in enumerate(finding.fixes, 1):
@@ -50,6 +52,8 @@ def _panel(finding: Finding) -> Panel:
     body = [Text(where(finding), style="dim")]
     if finding.excerpt:
         body.append(Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")))
+    if finding.text is not None:  # only with --show-text
+        body.append(Text.assemble(("Full text: ", "bold"), finding.text))
     if finding.cause:
         body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
     for number, fix in enumerate(finding.fixes, 1):
