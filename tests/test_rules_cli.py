@@ -188,3 +188,14 @@ def test_the_schema_refuses_what_the_loader_refuses(mistake):
     document = {"rules": [{**rule, **mistake}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def test_the_readme_example_rule_loads_validates_and_passes_its_examples(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Rules"):]
+    rule_file = tmp_path / "example.yaml"
+    rule_file.write_text(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    jsonschema.validate(yaml.safe_load(rule_file.read_text()), SCHEMA, cls=jsonschema.Draft202012Validator)
+    result = cli("rules", "test", "--rules", str(rule_file))
+    assert result.exit_code == 0, result.stdout
+    assert f"{len(RULES.rules) + 1} rules" in result.stdout
