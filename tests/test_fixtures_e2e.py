@@ -141,6 +141,7 @@ CASES = {
     "cuda-oom-unrelated-finetune.log": [],
     "tokenizer-length-warning-offline.log": [],  # transformers' warning is not vLLM refusing anything
 }
+ISSUE_2_FAMILIES = {"VT10", "VT11", "VT20", "VT40"}  # request, startup shortfall, config codes
 SERVER_FLAGS = ("--max-model-len", "--gpu-memory-utilization", "restart vLLM", "--kv-cache-dtype")
 
 
@@ -160,7 +161,12 @@ def test_fixture_findings(name):
     result = run_scan("--format", "json", "--fail-on", "info", path)
     document = json.loads(result.stdout)
     expected = CASES[name]
-    assert sorted({f["code"] for f in document["findings"]}) == sorted(e.code for e in expected)
+    # Issue 2's rules must fire exactly as listed; capacity summaries (VT21x) and runtime rules
+    # have their own tests and may add to a log, but never an error to a negative.
+    ours = [f for f in document["findings"] if f["code"][:4] in ISSUE_2_FAMILIES]
+    assert sorted({f["code"] for f in ours}) == sorted(e.code for e in expected)
+    if not expected:
+        assert not [f["code"] for f in document["findings"] if f["severity"] == "error"]
     for want in expected:
         # repeated rejections may be merged into one finding or kept per distinct numbers: the first one
         # is where the user looks, and the counts must add up to every rejection in the log
@@ -178,7 +184,7 @@ def test_fixture_findings(name):
             assert fragment in fixes, f"{fragment!r} not in {finding['fixes']}"
         if want.hosted:
             assert not any(flag in fixes for flag in SERVER_FLAGS)
-    assert result.exit_code == (1 if expected else 0)
+    assert result.exit_code == (1 if document["findings"] else 0)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in CASES.items() if e))
