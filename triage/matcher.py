@@ -1,27 +1,38 @@
 """Find rule matches in chunks of raw log bytes.
 
-One anchor pass over each chunk (the rules' literal keywords, as one bytes
-regex) finds candidate lines; only those are decoded (records.py) and only the
-patterns of the rules whose keywords the line holds are run on them. Lines that
-hold a skip marker (vLLM's request log, which quotes whole prompts) are never
-events. A message wrapped over up to three lines is joined before matching.
+One anchor pass over each chunk finds candidate lines. The anchors are literal
+texts every match of a pattern holds (triage.anchors derives them from the
+regexes; a rule's hand-written keywords stand in where that gives nothing good),
+plus the skip markers. Only candidate lines are decoded (records.py), and only
+the patterns whose anchors the line holds are run on them. A line holding a skip
+marker (vLLM's request log, which quotes whole prompts) is never an event and is
+passed over to its end without looking at the prompt. A message wrapped over up
+to three lines is joined before matching.
+
+Chunks are scanned in place: a candidate line whose neighbours lie in the
+previous or the next chunk is matched on a small buffer joined around the seam,
+so a message cut by a chunk boundary is still found, and nothing is copied
+otherwise. Lines are counted (newlines only, so `sed -n Np` finds them) as the scan
+moves, passing over the bytes of request-log lines, so no separate pass counts them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from triage.anchors import derive, keyword_anchor, make_engine, strong_anchor
 from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
-from triage.ruleset import MATCH_TIMEOUT, Rule, RuleSet
+from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
 from triage.types import Event, Record
 
 CONTEXT_LINES = 2  # a message may continue over this many lines before or after its anchor
 # Relative line windows tried when a candidate line does not match on its own.
 WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
+MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 MAX_EXCERPT = 600
 MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
 HOSTED_STAGES = {"request"}
@@ -35,108 +46,167 @@ class _Cursor:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Target:
+    rule: Rule
+    rule_index: int
+    pattern: Pattern
+    pattern_index: int
+
+
 class Matcher:
-    def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None):
+    def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None, engine: str = "auto"):
         self.ruleset = ruleset
         self.rules = list(rules if rules is not None else ruleset.rules)
         self.skip_markers = [m.encode() for m in ruleset.skip_markers]
         self.hosted_markers = list(ruleset.hosted_markers)
-        self.rules_by_anchor: dict[bytes, list[Rule]] = {}
-        for rule in self.rules:
-            for keyword in rule.keywords:
-                self.rules_by_anchor.setdefault(keyword.encode(), []).append(rule)
-        anchors = sorted(set(self.rules_by_anchor) | set(self.skip_markers), key=len, reverse=True)
-        self.anchor_pattern = re.compile(b"|".join(map(re.escape, anchors))) if anchors else None
         self.warnings: list[str] = []
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
+        self.targets = self._targets()
+        self._closure = _substring_closure(self.targets)
+        all_anchors = sorted(set(self.targets) | set(self.skip_markers))
+        self.engine = make_engine(all_anchors, engine) if all_anchors else None
+
+    def _targets(self) -> dict[bytes, list[_Target]]:
+        """Anchor -> the patterns a line holding it may match."""
+        builtin = {str(path) for path in builtin_rule_files()}
+        targets: dict[bytes, list[_Target]] = {}
+        for index, rule in enumerate(self.rules):
+            for pattern_index, pattern in enumerate(rule.patterns):
+                derived = derive(pattern.compiled.pattern)
+                anchors = derived.anchors
+                if derived.warning or not anchors:
+                    anchors = [keyword_anchor(k) for k in rule.keywords]  # better than a weak anchor
+                    weak = [k for k in anchors if not strong_anchor(k)]
+                    if weak and rule.file not in builtin:
+                        self.warnings.append(
+                            f"{rule.file}:{rule.line}: rule {rule.code} pattern {pattern.id}: {derived.warning}, "
+                            f"and its keyword {weak[0]!r} is short or starts with a common byte: scans get slower"
+                        )
+                for anchor in anchors:
+                    targets.setdefault(anchor.encode(), []).append(_Target(rule, index, pattern, pattern_index))
+        return targets
 
     @property
     def anchors(self) -> list[bytes]:
-        return sorted(self.rules_by_anchor)
+        """Every literal the anchor pass looks for (skip markers included), as for grep -F -f."""
+        return sorted(set(self.targets) | set(self.skip_markers))
 
     # --- the chunk loop -------------------------------------------------------------
 
     def scan(self, source: str, chunks: Iterable[Chunk]) -> Iterator[Event]:
         """Events in the order of the lines they start on."""
         cursor = _Cursor()
-        carry = b""  # the last lines of the previous chunk: context, and lines not yet scanned
-        carry_line = 1
-        owned_from = 0  # offset in the buffer where lines not yet scanned begin
+        history = _History()  # the last chunks, enough of them to hold the context lines
+        pending: list[tuple[int, int]] = []  # (offset, line) of candidates at the end of the last chunk
+        line_no: int | None = None
         for chunk in chunks:
-            buffer = carry + chunk.data if carry else chunk.data
-            first_line = carry_line if carry else chunk.first_line
-            own_end = _start_of_last_lines(buffer, CONTEXT_LINES)
-            yield from self._scan_buffer(source, buffer, first_line, owned_from, own_end, cursor)
-            keep_from = _start_of_last_lines(buffer, 2 * CONTEXT_LINES)
-            carry = buffer[keep_from:]
-            carry_line = first_line + buffer.count(b"\n", 0, keep_from)
-            owned_from = own_end - keep_from
-        if carry:
-            yield from self._scan_buffer(source, carry, carry_line, owned_from, len(carry), cursor)
+            if line_no is None:
+                line_no = chunk.first_line
+            if pending:
+                yield from self._scan_seam(source, history, pending, chunk.data, cursor)
+            pending = []
+            lines = yield from self._scan_chunk(source, chunk.data, line_no, history, pending, cursor)
+            chunk.lines = lines  # the reader need not count them again
+            line_no += lines
+            history.add(chunk.data, lines)
+        if pending:
+            yield from self._scan_seam(source, history, pending, b"", cursor)
         self.warnings.extend(cursor.warnings)
 
     def scan_text(self, source: str, text: str) -> list[Event]:
         """Scan a string (rule examples, tests)."""
         return list(self.scan(source, [Chunk(text.encode(), 1)]))
 
-    def _scan_buffer(
-        self, source: str, buffer: bytes, first_line: int, start: int, end: int, cursor: _Cursor
+    def _scan_chunk(
+        self, source: str, data: bytes, first_line: int, history: _History,
+        pending: list[tuple[int, int]], cursor: _Cursor,
     ) -> Iterator[Event]:
-        if self.anchor_pattern is None:
-            return
+        """Match the chunk's candidate lines; defer those at its end; return its line count."""
+        end = len(data)
+        if self.engine is None:
+            return data.count(b"\n")
+        tail_start = _start_of_last_lines(data, CONTEXT_LINES)
+        head_end = _end_of_first_lines(data, CONTEXT_LINES) if history.pieces else 0
+        search, skip, position = self.engine.search, self.skip_markers, 0
         counted_to, line_no = 0, first_line
-        position = start
         while position < end:
-            hit = self.anchor_pattern.search(buffer, position, end)
+            hit = search(data, position, end)
             if hit is None:
-                return
-            line_start = buffer.rfind(b"\n", 0, hit.start()) + 1
-            line_end = buffer.find(b"\n", hit.end())
-            line_end = len(buffer) if line_end < 0 else line_end
+                break
+            hit_start, hit_end, anchor = hit
+            line_start = data.rfind(b"\n", 0, hit_start) + 1
+            line_end = data.find(b"\n", hit_end)
+            line_end = end if line_end < 0 else line_end
             position = line_end + 1
-            raw = buffer[line_start:line_end]
-            if any(marker in raw for marker in self.skip_markers):
-                continue  # a request log line: prompt text quoting an error is not an event
-            line_no += buffer.count(b"\n", counted_to, line_start)
+            line_no += data.count(b"\n", counted_to, line_start)
             counted_to = line_start
+            if anchor in skip or any(data.find(m, line_start, line_end) >= 0 for m in skip):
+                if line_end < end:  # a request log line: prompt text quoting an error is not an event
+                    line_no, counted_to = line_no + 1, line_end + 1
+                continue
             if line_no <= cursor.consumed_until:
                 continue
-            rules = self._rules_in(raw)
-            if rules:
-                lines = _Lines(buffer, line_start, line_end, line_no)
-                yield from self._match_line(source, lines, rules, cursor)
+            if line_start >= tail_start:
+                pending.append((line_start, line_no))  # its next lines are in the next chunk
+            elif line_start < head_end:
+                before = history.last_lines(CONTEXT_LINES)  # its previous lines are in earlier chunks
+                joined = before + data[: _end_of_first_lines(data, 2 * CONTEXT_LINES)]
+                yield from self._match_at(source, joined, line_start + len(before), line_no, cursor)
+            else:
+                yield from self._match_at(source, data, line_start, line_no, cursor)
+        return line_no - first_line + data.count(b"\n", counted_to, end)
 
-    def _rules_in(self, raw: bytes) -> list[Rule]:
-        seen: dict[str, Rule] = {}
-        for anchor in set(self.anchor_pattern.findall(raw)):  # type: ignore[union-attr]
-            for rule in self.rules_by_anchor.get(anchor, ()):
-                seen.setdefault(rule.code, rule)
-        return list(seen.values())
+    def _scan_seam(
+        self, source: str, history: _History, pending: list[tuple[int, int]], data: bytes, cursor: _Cursor
+    ) -> Iterator[Event]:
+        """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
+        before = history.last_lines(2 * CONTEXT_LINES)
+        shift = len(before) - len(history.pieces[-1])  # offsets in the last chunk -> offsets in `before`
+        joined = before + data[: _end_of_first_lines(data, CONTEXT_LINES)]
+        for line_start, line_no in pending:
+            if line_no > cursor.consumed_until:
+                yield from self._match_at(source, joined, line_start + shift, line_no, cursor)
+
+    def _match_at(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> Iterator[Event]:
+        line_end = buffer.find(b"\n", line_start)
+        line_end = len(buffer) if line_end < 0 else line_end
+        targets = self._targets_in(buffer, line_start, line_end)
+        if targets:
+            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), targets, cursor)
+
+    def _targets_in(self, buffer: bytes, start: int, end: int) -> list[_Target]:
+        """The patterns whose anchors the line holds, in rule-file order."""
+        chosen: dict[tuple[int, int], _Target] = {}
+        for anchor in self.engine.found_in(buffer, start, end):  # type: ignore[union-attr]
+            for held in self._closure.get(anchor, (anchor,)):
+                for target in self.targets.get(held, ()):
+                    chosen[target.rule_index, target.pattern_index] = target
+        return [chosen[key] for key in sorted(chosen)]
 
     # --- one candidate line ---------------------------------------------------------
 
-    def _match_line(self, source: str, lines: _Lines, rules: list[Rule], cursor: _Cursor) -> Iterator[Event]:
+    def _match_line(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> Iterator[Event]:
         parts = lines.parts(0)
-        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, rules, cursor)
+        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, targets, cursor)
         if not events:
-            events = self._match_wrapped(source, lines, rules, cursor)
-        if events:
-            context = lines.context_text()
+            events = self._match_wrapped(source, lines, targets, cursor)
+        if any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
+            context = lines.context_text()  # parsing the neighbours costs: only for request errors
+            hosted = any(marker in context for marker in self.hosted_markers)
             for event in events:
-                event.hosted = event.hosted or (
-                    event.rule.stage in HOSTED_STAGES and any(m in context for m in self.hosted_markers)
-                )
-            yield from events
+                event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
+        yield from events
 
-    def _match_wrapped(self, source: str, lines: _Lines, rules: list[Rule], cursor: _Cursor) -> list[Event]:
+    def _match_wrapped(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
         for before, after in WRAP_WINDOWS:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
             for joined in _joins(texts):
                 events = self._match_text(
-                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, rules, cursor
+                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
                 )
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
@@ -144,25 +214,27 @@ class Matcher:
         return []
 
     def _match_text(
-        self, source: str, parts: LineParts, text: str, first: int, last: int, rules: list[Rule], cursor: _Cursor
+        self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[_Target], cursor: _Cursor
     ) -> list[Event]:
-        events = []
-        for rule in rules:
-            for pattern in rule.patterns:
-                if (rule.code, pattern.id) in self.disabled_patterns:
-                    continue
-                try:
-                    match = pattern.compiled.search(text, timeout=MATCH_TIMEOUT)
-                except TimeoutError:
-                    self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
-                    continue
-                if match is None:
-                    continue
-                record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
-                fields = typed_fields(rule, match.groupdict())
-                excerpt = match.group(0)[:MAX_EXCERPT]
-                events.append(Event(rule, record, fields, excerpt, pattern.id, pattern.hosted))
-                break
+        """At most one event per rule: its first pattern (in file order) that matches."""
+        events: list[Event] = []
+        matched_rules: set[int] = set()
+        for target in targets:
+            rule, pattern = target.rule, target.pattern
+            if target.rule_index in matched_rules or (rule.code, pattern.id) in self.disabled_patterns:
+                continue
+            try:
+                match = pattern.compiled.search(text, timeout=MATCH_TIMEOUT)
+            except TimeoutError:
+                self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
+                continue
+            if match is None:
+                continue
+            record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
+            fields = typed_fields(rule, match.groupdict())
+            excerpt = match.group(0)[:MAX_EXCERPT]
+            events.append(Event(rule, record, fields, excerpt, pattern.id, pattern.hosted))
+            matched_rules.add(target.rule_index)
         return events
 
     def _timed_out(self, code: str, pattern_id: str, where: str, cursor: _Cursor) -> None:
@@ -228,6 +300,46 @@ def _start_of_last_lines(buffer: bytes, count: int) -> int:
     return end + 1 if end < len(buffer) else len(buffer)
 
 
+def _end_of_first_lines(buffer: bytes, count: int) -> int:
+    """Offset just past the first `count` lines of the buffer."""
+    end = 0
+    for _ in range(count):
+        cut = buffer.find(b"\n", end)
+        if cut < 0:
+            return len(buffer)
+        end = cut + 1
+    return end
+
+
+def _substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, ...]]:
+    """For an anchor that holds shorter anchors, all of them: the engine reports only the longest."""
+    closure = {}
+    for anchor in targets:
+        inside = tuple(other for other in targets if other in anchor)
+        if len(inside) > 1:
+            closure[anchor] = inside
+    return closure
+
+
+class _History:
+    """References to the last chunks (no copies): as many as hold 2 * CONTEXT_LINES lines."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.lines: list[int] = []
+
+    def add(self, data: bytes, lines: int) -> None:
+        self.pieces.append(data)
+        self.lines.append(lines)
+        while len(self.pieces) > 1 and sum(self.lines[1:]) > 2 * CONTEXT_LINES:
+            del self.pieces[0], self.lines[0]
+
+    def last_lines(self, count: int) -> bytes:
+        """The last `count` lines of the input so far (copied: only done near a seam)."""
+        joined = b"".join(self.pieces) if len(self.pieces) > 1 else self.pieces[-1]
+        return joined[_start_of_last_lines(joined, count) :]
+
+
 class _Lines:
     """A candidate line and its neighbours in the buffer, parsed lazily."""
 
@@ -256,6 +368,8 @@ class _Lines:
     def parts(self, offset: int) -> LineParts:
         if offset not in self._parsed:
             bounds = self._bounds(offset)
+            if bounds and offset and bounds[1] - bounds[0] > MAX_JOIN_LINE:
+                bounds = None  # a request-log line or a prompt: never a wrapped message's other half
             self._parsed[offset] = parse_line(self.buffer[bounds[0] : bounds[1]]) if bounds else None
         parts = self._parsed[offset]
         return parts if parts is not None else LineParts(None)  # type: ignore[arg-type]

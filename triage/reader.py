@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 CHUNK_SIZE = 4 * 1024 * 1024
+MAX_LINE = 16 * 1024 * 1024  # a longer line is scanned up to here; the rest of it is skipped
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -27,6 +28,7 @@ class InputError(Exception):
 class Chunk:
     data: bytes  # whole lines; only the last chunk of an input may lack a final b"\n"
     first_line: int  # 1-based number of the first line in data
+    lines: int | None = None  # b"\n" in data, set by a consumer that counted them (saves a pass)
 
 
 def open_input(path: str) -> tuple[str, BinaryIO]:
@@ -107,27 +109,46 @@ def _looks_utf16(head: bytes) -> bool:
     return max(even_nuls, odd_nuls) > 0.8 * half and min(even_nuls, odd_nuls) < 0.1 * half
 
 
-def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE) -> Iterator[Chunk]:
-    """Yield chunks that end at a line boundary; a longer line grows the buffer."""
+def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = MAX_LINE) -> Iterator[Chunk]:
+    """Yield chunks that end at a line boundary; a longer line grows the buffer.
+
+    A line longer than max_line is cut there: its first max_line bytes end the chunk
+    with a b"\n" that stands for the real one, and the rest of the line is dropped, so
+    memory stays bounded (a stream with no newline at all, /dev/zero) and lines keep
+    their numbers.
+    """
     buffer = bytearray(chunk_size)
     view = memoryview(buffer)
     filled = 0
     line_no = 1
+    dropping = False  # inside the rest of a line that was cut
     while True:
-        if filled == len(buffer):  # one line longer than the buffer: grow it
+        if filled == len(buffer) and filled >= max_line:
+            yield Chunk(bytes(view[:filled]) + b"\n", line_no)
+            line_no += 1
+            filled, dropping = 0, True
+        elif filled == len(buffer):  # one line longer than the buffer: grow it
             view.release()
             buffer.extend(bytes(len(buffer)))
             view = memoryview(buffer)
         n = _read_into(stream, view[filled:])
         if n == 0:
             break
+        if dropping:  # filled is 0: drop up to and including the cut line's newline
+            end = buffer.find(b"\n", 0, n)
+            if end < 0:
+                continue
+            n -= end + 1
+            view[:n] = view[end + 1 : end + 1 + n]
+            dropping = False
+        start = filled
         filled += n
-        cut = buffer.rfind(b"\n", 0, filled)
+        cut = buffer.rfind(b"\n", start, filled)  # the bytes before start hold no newline
         if cut < 0:
             continue
-        data = bytes(view[: cut + 1])
-        yield Chunk(data, line_no)
-        line_no += data.count(b"\n")
+        chunk = Chunk(bytes(view[: cut + 1]), line_no)
+        yield chunk
+        line_no += chunk.lines if chunk.lines is not None else chunk.data.count(b"\n")
         rest = filled - (cut + 1)
         view[:rest] = view[cut + 1 : filled]
         filled = rest

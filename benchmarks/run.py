@@ -1,0 +1,169 @@
+"""Throughput, peak memory and exactness of `vllm-triage scan`, against grep -F.
+
+For each log shape (request logging on and off) and for 30 and 300 rules, it runs
+the whole `vllm-triage scan --format json` process and then
+`LC_ALL=C grep -c -F -f anchors.txt` on the same input, where anchors.txt is the
+tool's own list of literal anchors for that rule set (warm cache, best of
+--repeat runs, whole process time). It prints MiB/s, the multiple of grep's time,
+the scan's peak RSS (ru_maxrss of that child alone, from wait4), and whether the
+findings counted per rule equal what the generator injected.
+
+    python benchmarks/run.py                      # 256 MiB per shape, in benchmarks/data/
+    python benchmarks/run.py --size 1G
+    python benchmarks/run.py --size 10G --stdin   # generated on the fly into a pipe
+    VLLM_TRIAGE_ENGINE=re python benchmarks/run.py   # the stdlib engine even with hyperscan installed
+
+The extra rules for the 300-rule runs are generated (plausible runtime messages,
+each with its example) and never match the injected events. The rule sets are the
+built-in rules and ten times as many (the issue's "30 and 300 rules": the built-in
+set has grown past 30).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from generate import SHAPES, parse_size  # noqa: E402
+
+from triage.matcher import Matcher  # noqa: E402
+from triage.ruleset import load_rules  # noqa: E402
+
+RULE_SCALES = (1, 10)  # the built-in rules, and ten times as many
+SUBJECTS = ("Tokenizer pool", "Speculative decoder", "LoRA adapter cache", "Prefix cache evictor",
+            "Detokenizer", "Structured output backend", "Multimodal processor", "Sampler",
+            "Block allocator", "Async output processor", "Guided decoding FSM", "Pipeline stage",
+            "Expert router", "KV connector", "Prometheus exporter", "Request scheduler")
+VERBS = ("rejected", "dropped", "throttled", "could not reserve", "gave up on", "deferred",
+         "truncated", "failed to compile", "timed out waiting for", "evicted")
+OBJECTS = ("queued adapters", "draft tokens", "grammar states", "image embeddings", "cached prefixes",
+           "pinned buffers", "detokenized chunks", "expert slots", "transfer handles", "audio frames")
+
+
+def extra_rules(count: int, path: Path) -> Path:
+    """`count` plausible rules that match nothing in the generated logs."""
+    rng = random.Random(count)
+    seen: set[str] = set()
+    rules = []
+    used = {rule.code for rule in load_rules().rules}
+    free = iter(c for c in [*range(500, 1000), *range(100, 500)] if f"VT{c}" not in used)
+    while len(rules) < count:
+        subject, verb, thing = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS)
+        message = f"{subject} {verb} {thing}"
+        if message in seen:
+            continue
+        seen.add(message)
+        code = next(free)
+        number = rng.randint(2, 9999)
+        rules.append({
+            "code": f"VT{code}", "name": f"bench-extra-{code}", "title": message, "stage": "runtime",
+            "severity": "info", "keywords": [message],
+            "patterns": [{"id": "main", "regex": f"{message} \\(limit {{limit:int}}\\)"}],
+            "examples": {"match": [{"text": f"WARNING 01-02 03:04:05 [engine.py:{number}] {message} (limit {number})",
+                                    "fields": {"limit": number}}]},
+        })
+    path.write_text(json.dumps({"stage": "runtime", "rules": rules}, indent=1))  # JSON is YAML
+    return path
+
+
+def wait_child(process: subprocess.Popen, started: float) -> tuple[float, int, int]:
+    """Seconds, peak RSS in KiB and exit status of that one child."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - started, usage.ru_maxrss, process.returncode
+
+
+def run_timed(command: list[str], log: Path | None, generate: list[str] | None, env: dict) -> tuple[float, int, bytes]:
+    """Whole-process time of `command` reading the log (a file, or the generator's pipe)."""
+    started = time.perf_counter()
+    producer = None
+    if generate:
+        producer = subprocess.Popen(generate, stdout=subprocess.PIPE)
+        stdin = producer.stdout
+    else:
+        stdin = subprocess.DEVNULL
+    consumer = subprocess.Popen(command + ([str(log)] if log else ["-"]), stdin=stdin,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    if producer:
+        producer.stdout.close()  # type: ignore[union-attr]
+    output = consumer.stdout.read()  # type: ignore[union-attr]
+    consumer.stderr.read()  # type: ignore[union-attr]
+    seconds, peak_kib, _ = wait_child(consumer, started)
+    if producer:
+        producer.wait()
+    return seconds, peak_kib, output
+
+
+def counted_findings(report: bytes) -> Counter:
+    counts: Counter = Counter()
+    for finding in json.loads(report)["findings"]:
+        counts[finding["code"]] += finding["count"]
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Benchmark vllm-triage scan against grep -F.")
+    parser.add_argument("--size", default="256M", help="log size per shape (default 256M)")
+    parser.add_argument("--stdin", action="store_true", help="generate into a pipe instead of a file")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the best counts")
+    parser.add_argument("--shape", choices=SHAPES, action="append", help="only this shape (repeatable)")
+    parser.add_argument("--scale", type=int, choices=RULE_SCALES, action="append", help="only this rule-set scale")
+    parser.add_argument("--data", default=str(HERE / "data"), help="where logs and rule files go")
+    args = parser.parse_args(argv)
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    size = parse_size(args.size)
+    scanner = shutil.which("vllm-triage", path=str(Path(sys.executable).parent)) or "vllm-triage"
+    grep = shutil.which("grep") or "grep"
+    env = dict(os.environ, LC_ALL="C")
+    builtin = len(load_rules().rules)
+    engine = Matcher(load_rules()).engine
+    print(f"engine: {engine.name if engine else 'none'}; {builtin} built-in rules; {size / 2**20:.0f} MiB per shape"
+          f"{' through stdin' if args.stdin else ''}; best of {args.repeat}")
+    print(f"{'shape':<12} {'rules':>5} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  findings = injected")
+    for shape in args.shape or SHAPES:
+        log = data / f"{shape}-{args.size}.log"
+        counts_file = data / f"{shape}-{args.size}.json"
+        generate = [sys.executable, str(HERE / "generate.py"), "--shape", shape, "--size", args.size]
+        if not args.stdin and not (log.exists() and counts_file.exists()):
+            subprocess.run(generate + ["-o", str(log), "--counts", str(counts_file)], check=True)
+        if args.stdin and not counts_file.exists():  # the counts need one full run of the generator
+            subprocess.run(generate + ["-o", os.devnull, "--counts", str(counts_file)], check=True)
+        injected = Counter(json.loads(counts_file.read_text())["findings"])
+        for scale in args.scale or RULE_SCALES:
+            total = scale * builtin
+            extra = [extra_rules(total - builtin, data / f"extra-rules-{total}.yaml")] if scale > 1 else []
+            anchors = data / f"anchors-{total}.txt"
+            matcher = Matcher(load_rules(extra))
+            anchors.write_bytes(b"\n".join(matcher.anchors) + b"\n")
+            source = None if args.stdin else log
+            feed = generate + ["-o", "-"] if args.stdin else None
+            grep_runs = [run_timed([grep, "-c", "-F", "-f", str(anchors)], source, feed, env) for _ in range(args.repeat)]
+            scan_command = [scanner, "scan", "--format", "json", "--fail-on", "never"]
+            scan_command += [option for path in extra for option in ("--rules", str(path))]
+            scan_runs = [run_timed(scan_command, source, feed, env) for _ in range(args.repeat)]
+            grep_seconds = min(r[0] for r in grep_runs)
+            scan_seconds = min(r[0] for r in scan_runs)
+            peak_mib = max(r[1] for r in scan_runs) / 1024
+            found = counted_findings(scan_runs[0][2])
+            exact = "yes" if found == injected else f"NO: found {dict(sorted(found.items()))}, injected {dict(sorted(injected.items()))}"
+            print(f"{shape:<12} {total:>5} {size / 2**20 / scan_seconds:>8.0f} {scan_seconds / grep_seconds:>7.1f} "
+                  f"{grep_seconds:>7.2f} {scan_seconds:>7.2f} {peak_mib:>8.0f}  {exact}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""Literal anchors for the prefilter: derived from the rules, and the engines that find them.
+
+A pattern can only match a line that holds every literal run the pattern requires,
+so a few of those runs (8-32 bytes, starting and ending on bytes that are rare in
+server logs) are a prefilter that never loses a match. Anchors avoid quotes,
+backslashes and non-ASCII: those may be escaped in the raw bytes (JSON bodies,
+Python reprs) and are only undone on the decoded line. Each pattern gets up to
+three anchors that do not overlap, so a message a terminal wrapped over two or
+three lines still leaves one of them whole.
+
+Engines: hyperscan when it is importable (the optional ``fast`` extra), else one
+stdlib ``re`` alternation compiled as a prefix trie, so the engine's first-byte
+test stays cheap however many rules there are.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+try:  # Python 3.11+
+    from re import _constants as sre_constants
+    from re import _parser as sre_parse
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+MIN_ANCHOR = 8
+MAX_ANCHOR = 32
+SHORTEST_USABLE = 5  # below this an anchor hits too often to be worth it: use the keywords
+ANCHORS_PER_PATTERN = 3
+UNSAFE = set("'\"\\`")  # may be escaped in the raw bytes
+ENGINE_VARIABLE = "VLLM_TRIAGE_ENGINE"  # "re" measures or pins the stdlib engine
+
+# How often a byte starts a stretch of server-log text (access, metrics and prompt
+# lines), on a rough 0-100 scale; bytes not listed are rare. The stdlib engine
+# stops at every byte that can start an anchor, so rare first bytes keep it fast.
+_COMMON = {
+    " ": 100, "e": 60, "t": 55, "a": 50, "o": 50, "i": 50, "n": 50, "s": 50, "r": 45, "h": 35,
+    "l": 35, "d": 30, "c": 30, "u": 30, "m": 30, "p": 30, "f": 15, "g": 30, "y": 20, "w": 12,
+    "b": 25, "v": 35, "k": 6, "x": 3, "j": 2, "q": 10, "z": 1, ".": 50, ":": 40, "/": 40,
+    "-": 35, ",": 30, "=": 10, "(": 10, ")": 10, "[": 8, "]": 8, "_": 8, "%": 5, "I": 30,
+    "N": 30, "F": 25, "O": 25, "P": 35, "T": 35, "K": 20, "H": 30, "S": 30, "E": 30, "G": 30,
+    "V": 8, "C": 15, "A": 15, "W": 4, "R": 15,
+}
+_COMMON.update({digit: 60 for digit in "0123456789"})
+
+
+def byte_cost(char: str) -> int:
+    return _COMMON.get(char, 0)
+
+
+@dataclass(slots=True)
+class PatternAnchors:
+    anchors: list[str]
+    warning: str | None = None
+
+
+def required_runs(source: str) -> list[str] | None:
+    """Runs of literal text that every match of the regex holds, in order; None if unknown."""
+    try:
+        tree = sre_parse.parse(source)
+    except Exception:  # noqa: BLE001 - syntax only the `regex` module knows: no derivation
+        return None
+    if tree.state.flags & sre_constants.SRE_FLAG_IGNORECASE:
+        return None
+    runs: list[str] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            runs.append("".join(current))
+            current.clear()
+
+    def walk(items: Iterable) -> bool:
+        for op, value in items:
+            if op is sre_constants.LITERAL:
+                current.append(chr(value))
+            elif op is sre_constants.SUBPATTERN:
+                add_flags = value[1]
+                if add_flags & sre_constants.SRE_FLAG_IGNORECASE:
+                    return False
+                walk(value[3])
+            elif op is sre_constants.AT:
+                continue  # zero-width: ^, $, \b
+            elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
+                continue  # zero-width; a lookahead's text need not be adjacent
+            elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_constants, "POSSESSIVE_REPEAT", None)):
+                flush()
+                if value[0] >= 1 and not walk(value[2]):
+                    return False
+                flush()
+            elif op is getattr(sre_constants, "ATOMIC_GROUP", None):
+                walk(value)
+            else:  # classes, alternations, any-char, back-references: a gap in the text
+                flush()
+        return True
+
+    if not walk(tree):
+        return None
+    flush()
+    return runs
+
+
+def _candidates(run: str) -> list[tuple[int, int, int]]:
+    """(cost, start, end) of the usable substrings of one run."""
+    found = []
+    for start, char in enumerate(run):
+        if char == " " or char in UNSAFE:
+            continue
+        for end in range(min(len(run), start + MAX_ANCHOR), start + SHORTEST_USABLE - 1, -1):
+            piece = run[start:end]
+            if piece[-1] == " " or any(c in UNSAFE or not (" " <= c <= "~") for c in piece):
+                continue
+            short = max(0, MIN_ANCHOR - len(piece)) * 20
+            found.append((4 * byte_cost(piece[0]) + byte_cost(piece[-1]) + short - len(piece) // 4, start, end))
+            break  # the longest usable piece from this start
+    return found
+
+
+def derive(source: str) -> PatternAnchors:
+    """Up to three non-overlapping anchors for one pattern, the rarest first."""
+    runs = required_runs(source)
+    if runs is None:
+        return PatternAnchors([], "uses syntax the anchor derivation does not read")
+    chosen: list[tuple[int, int, int, int]] = []  # (cost, run index, start, end)
+    candidates = sorted(
+        (cost, index, start, end) for index, run in enumerate(runs) for cost, start, end in _candidates(run)
+    )
+    for candidate in candidates:
+        _, index, start, end = candidate
+        if any(index == i and start < e and s < end for _, i, s, e in chosen):
+            continue
+        if chosen and not strong_anchor(runs[index][start:end]):
+            continue  # a weak second anchor would make every line it hits a candidate
+        chosen.append(candidate)
+        if len(chosen) == ANCHORS_PER_PATTERN:
+            break
+    if not chosen:
+        return PatternAnchors([], "requires no literal text of 5 bytes or more")
+    anchors = [runs[i][s:e] for _, i, s, e in chosen]
+    if len(anchors[0]) < MIN_ANCHOR:
+        return PatternAnchors(anchors, f"its longest usable literal text is {anchors[0]!r}")
+    return PatternAnchors(anchors)
+
+
+def keyword_anchor(keyword: str) -> str:
+    """The best piece of a hand-written keyword: any piece of it is there when it is."""
+    pieces = derive(re.escape(keyword)).anchors
+    return pieces[0] if pieces and strong_anchor(pieces[0]) else keyword
+
+
+def strong_anchor(anchor: str) -> bool:
+    """Long enough and starting on a byte that is rare in server logs."""
+    return len(anchor) >= MIN_ANCHOR and byte_cost(anchor[0]) < 30
+
+
+# --- engines --------------------------------------------------------------------------------
+
+
+def trie_regex(words: Iterable[bytes]) -> bytes:
+    """One alternation with shared prefixes factored out: the engine tests each byte once."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[None] = True
+
+    def emit(node: dict) -> bytes:
+        branches = [re.escape(bytes([byte])) + emit(child) for byte, child in sorted((k, v) for k, v in node.items() if k is not None)]
+        if not branches:
+            return b""
+        ends_here = None in node
+        if len(branches) == 1 and not ends_here:
+            return branches[0]
+        group = b"(?:" + b"|".join(branches) + b")"
+        return group + b"?" if ends_here else group
+
+    return emit(trie)
+
+
+@dataclass
+class ReEngine:
+    """The stdlib engine: `re` on bytes, no extra dependency."""
+
+    anchors: list[bytes]
+    name: str = "re"
+    pattern: re.Pattern = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pattern = re.compile(trie_regex(self.anchors))
+
+    def search(self, buffer: bytes, start: int, end: int) -> tuple[int, int, bytes] | None:
+        hit = self.pattern.search(buffer, start, end)
+        return None if hit is None else (hit.start(), hit.end(), hit.group())
+
+    def found_in(self, buffer: bytes, start: int, end: int) -> set[bytes]:
+        """Every anchor in buffer[start:end], overlapping ones included."""
+        found = set()
+        hit = self.pattern.search(buffer, start, end)
+        while hit is not None:
+            found.add(hit.group())
+            hit = self.pattern.search(buffer, hit.start() + 1, end)
+        return found
+
+
+class HyperscanEngine:
+    """Hyperscan (optional): all anchors in one pass, about 3x the stdlib engine on short lines.
+
+    It scans windows, not whole chunks: after a hit the matcher jumps to the end of that
+    line (past a whole prompt, for a request-log line), so the next window starts small
+    and doubles while it finds nothing.
+    """
+
+    name = "hyperscan"
+    FIRST_WINDOW = 16 * 1024
+    LARGEST_WINDOW = 4 * 1024 * 1024
+
+    def __init__(self, anchors: list[bytes]):
+        import hyperscan
+
+        self.anchors = anchors
+        self.lengths = [len(a) for a in anchors]
+        self.longest = max(self.lengths)
+        self.database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self.database.compile(
+            expressions=[re.escape(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors),
+        )
+        self.scratch = hyperscan.Scratch(self.database)
+        self._buffer: bytes | None = None
+        self._window = (0, 0)
+        self._size = self.FIRST_WINDOW
+        self._hits: list[tuple[int, int]] = []  # (start, anchor id) in the window, by start
+        self._starts: list[int] = []
+
+    def _scan(self, data: bytes, offset: int) -> list[tuple[int, int]]:
+        hits: list[tuple[int, int]] = []
+        lengths = self.lengths
+
+        def on_match(anchor_id: int, _from: int, to: int, _flags: int, _context: object) -> None:
+            hits.append((offset + to - lengths[anchor_id], anchor_id))
+
+        self.database.scan(data, match_event_handler=on_match, scratch=self.scratch)
+        hits.sort()
+        return hits
+
+    def _index(self, buffer: bytes, start: int, end: int) -> None:
+        window_end = min(end, start + self._size)
+        # overlap by the longest anchor so one cut by the window's end is still seen whole
+        hits = self._scan(buffer[start : min(end, window_end + self.longest)], start)
+        self._buffer, self._window = buffer, (start, window_end)
+        self._hits = [h for h in hits if h[0] < window_end]
+        self._starts = [h[0] for h in self._hits]
+
+    def search(self, buffer: bytes, start: int, end: int) -> tuple[int, int, bytes] | None:
+        while start < end:
+            low, high = self._window
+            if self._buffer is not buffer or not low <= start < high:
+                self._index(buffer, start, end)
+                low, high = self._window
+            at = bisect.bisect_left(self._starts, start)
+            for hit_start, anchor_id in self._hits[at:]:
+                anchor = self.anchors[anchor_id]
+                if hit_start + len(anchor) <= end:
+                    self._size = self.FIRST_WINDOW
+                    return hit_start, hit_start + len(anchor), anchor
+            start = high
+            self._size = min(2 * self._size, self.LARGEST_WINDOW)
+        return None
+
+    def found_in(self, buffer: bytes, start: int, end: int) -> set[bytes]:
+        return {self.anchors[anchor_id] for _, anchor_id in self._scan(buffer[start:end], start)}
+
+
+def make_engine(anchors: list[bytes], prefer: str = "auto") -> ReEngine | HyperscanEngine:
+    """Hyperscan when importable, else the stdlib engine; VLLM_TRIAGE_ENGINE=re forces the latter."""
+    if prefer == "auto":
+        prefer = os.environ.get(ENGINE_VARIABLE, "auto")
+    if prefer in ("auto", "hyperscan"):
+        try:
+            return HyperscanEngine(anchors)
+        except ImportError:
+            if prefer == "hyperscan":
+                raise
+    return ReEngine(anchors)
