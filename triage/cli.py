@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 import click
 
 from triage import __version__
-from triage.diagnose import diagnose
+from triage.diagnose import Diagnoser
 from triage.gate import Thresholds, checks_run, evaluate
 from triage.matcher import Matcher
-from triage.reader import InputError, iter_chunks, open_input, sniff_binary
+from triage.live import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
+from triage.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
 from triage.redact import redact_result
 from triage.report import ScanResult, format_names, render, summary_line
+from triage.report.text import render_finding
 from triage.ruleset import RuleError, RuleSet, load_rules, select_rules
-from triage.types import SEVERITIES, severity_rank
+from triage.types import SEVERITIES, Finding, severity_rank
 
 FAIL_ON = [*SEVERITIES, "never"]
 FORMAT_HELP = (
@@ -50,17 +55,24 @@ class ScanInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> ScanResult:
+def scan_paths(
+    paths: list[str], matcher: Matcher, keep_text: bool = False, on_finding: Callable[[Finding], None] | None = None,
+    follow: bool = False, tee_to: BinaryIO | None = None, progress: bool = False, standalone_checks: bool = True,
+) -> ScanResult:
+    """on_finding: called with each finding as soon as its line is read (live streams);
+    follow: read the one path like tail -f; tee_to: pass the input through unchanged;
+    standalone_checks: run the capacity checks that make findings of their own."""
     findings, inputs, errors, skipped = [], [], [], []
     facts = {}
     interrupted = False
+    checks = [rule for rule in matcher.rules if rule.kind == "check" and (standalone_checks or rule.attach_to)]
     for path in paths:
         try:
-            name, stream = open_input(path)
+            name, stream = (path, io.BufferedReader(FollowedFile(path))) if follow else open_input(path)
         except InputError as exc:
             errors.append(str(exc))
             continue
-        events = []
+        diagnoser = Diagnoser(checks, keep_text)
         try:
             not_a_log = sniff_binary(stream)
             if not_a_log:
@@ -68,7 +80,10 @@ def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> S
                 skipped.append(name)
                 continue
             inputs.append(name)
-            events.extend(matcher.scan(name, iter_chunks(stream)))
+            for event in matcher.scan(name, input_chunks(name, stream, tee_to, progress)):
+                finding = diagnoser.add(event)
+                if finding is not None and on_finding is not None:
+                    on_finding(finding)
         except InputError as exc:
             errors.append(f"{name}: {exc} (scanned what could be read)")
         except KeyboardInterrupt:
@@ -77,7 +92,7 @@ def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> S
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
-        result = diagnose(events, keep_text)
+        result = diagnoser.result()
         findings.extend(result.findings)
         facts[name] = result.facts
         if interrupted:
@@ -87,6 +102,28 @@ def scan_paths(paths: list[str], matcher: Matcher, keep_text: bool = False) -> S
     if interrupted:
         raise ScanInterrupted(result)
     return result
+
+
+def input_chunks(name: str, stream: BinaryIO, tee_to: BinaryIO | None, progress: bool) -> Iterator[Chunk]:
+    chunks = iter_chunks(stream)
+    size = big_regular_file(stream) if progress else None
+    if size:
+        chunks = with_progress(chunks, size, os.path.basename(name))
+    return tee(chunks, tee_to) if tee_to is not None else chunks
+
+
+def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
+    """Print one finding as soon as it is found (plain text, flushed): live streams."""
+
+    def print_finding(finding: Finding) -> None:
+        if redact:
+            finding = redact_result(ScanResult([finding], [])).findings[0]
+        click.echo(render_finding(finding) + "\n", err=to_stderr)
+        (sys.stderr if to_stderr else sys.stdout).flush()
+        print_finding.printed += 1
+
+    print_finding.printed = 0
+    return print_finding
 
 
 def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
@@ -119,11 +156,11 @@ def pick_report_format(requested: str, output: str | None) -> str:
     return pick_format(requested)
 
 
-def emit(result: ScanResult, format_name: str, output: str | None) -> None:
-    """The report to stdout, or to --output with the one-line summary on stderr."""
+def emit(result: ScanResult, format_name: str, output: str | None, to_stderr: bool = False) -> None:
+    """The report to stdout (stderr with --tee), or to --output with the one-line summary on stderr."""
     report = render(result, format_name)
     if output is None:
-        click.echo(report, nl=False)
+        click.echo(report, nl=False, err=to_stderr)
     else:
         try:
             with open(output, "w", encoding="utf-8") as handle:
@@ -195,9 +232,17 @@ def main() -> None:
 @click.option("--redact", is_flag=True, help="Mask API keys, tokens, e-mail and IP addresses in everything printed.")
 @click.option("--select", "selected", multiple=True, help="Only these rules: code, code prefix (VT1, VT30) or name (repeatable).")
 @click.option("--ignore", "ignored", multiple=True, help="Skip these rules: code, code prefix or name (repeatable).")
+@click.option("--follow", "-f", is_flag=True, help="Keep reading FILE as it grows, like tail -f (survives rotation and truncation); Ctrl-C ends with the summary.")
+@click.option("--tee", "tee_log", is_flag=True, help="Pass the log through to stdout unchanged; findings go to stderr.")
+@click.option(
+    "--live/--no-live", default=None,
+    help="Print each finding as soon as its line is read, then the whole report at the end "
+    "(default: on for --follow, --tee and a pipe on stdin, with text output).",
+)
 def scan(
     paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tuple[str, ...], output: str | None,
-    show_text: bool, redact: bool, selected: tuple[str, ...], ignored: tuple[str, ...],
+    show_text: bool, redact: bool, selected: tuple[str, ...], ignored: tuple[str, ...], follow: bool = False,
+    tee_log: bool = False, live: bool | None = None,
 ) -> None:
     """Scan vLLM logs, tracebacks or client errors (files, .gz, or - for stdin)."""
     ruleset = load_ruleset(rule_paths)
@@ -209,9 +254,19 @@ def scan(
     hint = paste_hint(inputs, sys.stdin.isatty())
     if hint:
         click.echo(hint, err=True)
+    if follow and (len(inputs) != 1 or inputs == ["-"]):
+        fail("--follow reads one file (a pipe is followed anyway: vllm serve ... | vllm-triage scan)")
+    report_format = pick_report_format(format_name, output)
+    if live is None:
+        live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
+    live = live and report_format in ("text", "rich")  # a machine format stays one document
+    print_finding = live_printer(redact, to_stderr=tee_log) if live else None
     interrupted = False
     try:
-        result = scan_paths(inputs, Matcher(ruleset, chosen), keep_text=show_text)
+        result = scan_paths(
+            inputs, Matcher(ruleset, chosen), keep_text=show_text, on_finding=print_finding, follow=follow,
+            tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(),
+        )
     except ScanInterrupted as stop:
         result, interrupted = stop.result, True
     if redact:  # the one place: every format, and the messages below, get the masked result
@@ -220,9 +275,13 @@ def scan(
     input_error = unreadable > 0 or not result.inputs  # binary inputs alone only warn, unless nothing was read
     for error in result.errors:
         click.echo(f"vllm-triage: {'error' if input_error else 'warning'}: {error}", err=True)
-    code = EXIT_INTERRUPTED if interrupted else exit_code(result, fail_on, had_input_error=input_error)
+    # Ctrl-C is how --follow ends: the exit code then says what was found, as at the end of a file.
+    stopped = interrupted and not follow
+    code = EXIT_INTERRUPTED if stopped else exit_code(result, fail_on, had_input_error=input_error)
+    if print_finding is not None and print_finding.printed:
+        click.echo("== the whole picture (each finding once, with its count and the run's facts) ==", err=tee_log)
     try:
-        emit(result, pick_report_format(format_name, output), output)
+        emit(result, report_format, output, to_stderr=tee_log)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head` read what it wanted: the scan itself is complete
         silence_stdout()
@@ -249,7 +308,8 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
          require_ready: bool, fail_on: str, format_name: str, output: str | None, rule_paths: tuple[str, ...]) -> None:
     """Assert a startup log shows the capacity you planned for (exit 1 when it does not)."""
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
-    result = scan_paths([startup_log], Matcher(load_ruleset(rule_paths)))
+    # The gate asserts capacity with its own thresholds; the advisory capacity checks would repeat them.
+    result = scan_paths([startup_log], Matcher(load_ruleset(rule_paths)), standalone_checks=False)
     if not result.inputs:
         fail(result.errors[0])
     for error in result.errors:

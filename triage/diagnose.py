@@ -1,53 +1,103 @@
 """From events to findings: the numbers worked out, the cause and the fixes rendered.
 
-A pure function of the events. Fact rules (capacity lines, the engine config
-line) tell the diagnosis about the server; their numbers are available to every
-finding's derived arithmetic and templates under the same names.
+A pure function of the events, taken one startup run at a time (facts.py splits
+the runs). Fact rules (capacity lines, the engine config line) tell the diagnosis
+about the server; their numbers are available to every finding of the same run
+under the same names. Then, per run:
+
+- request rejections of one rule become one finding with the distribution of the
+  requested lengths and the window that would have served 99% of them;
+- other identical findings (same rule, process and numbers) become one with a count;
+- `kind: check` rules are evaluated over the run's facts: on their own they make a
+  finding (capacity), with `attach_to` they add their sentences to the findings of a
+  stage (why the window is what it is);
+- when several processes or ranks fail, the first to fail is the root and the others
+  are its consequences.
+
+Diagnoser takes events one at a time, so a live stream can print each finding as soon
+as its line is read (with the facts seen so far); result() gives the whole picture.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from triage.expr import Missing, render
-from triage.kvcache import DEFAULT_BLOCK_SIZE
+from triage.facts import DEFAULTS, Names, Run, RunSplitter, derive, holds
+from triage.kvcache import GIB, bytes_for_tokens, round_up
 from triage.ruleset import Rule, Step
 from triage.types import Event, Finding
 
-DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
+_Names = Names  # the name other modules import
+__all__ = ["DEFAULTS", "Diagnoser", "Diagnosis", "derive", "diagnose", "meets_requirement", "render_steps"]
+
 HOSTED_NOTE = (
     "This error came from a hosted API that uses the same wording as vLLM, not from a vLLM "
     "server: server flags do not apply; shorten the prompt or lower max_tokens."
 )
+FAILURE_STAGES = ("startup", "runtime")  # where a rank's error stops the engine
 
 
 @dataclass(slots=True)
 class Diagnosis:
     findings: list[Finding]
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # the last run's facts
+    runs: list[Run] = field(default_factory=list)
 
 
-def diagnose(events: Iterable[Event], keep_text: bool = False) -> Diagnosis:
+def diagnose(events: Iterable[Event], keep_text: bool = False, checks: Sequence[Rule] = ()) -> Diagnosis:
     """keep_text: findings carry their record's full text (--show-text); off, because
-    vLLM's log lines can quote whole prompts."""
-    facts: dict[str, Any] = {}
-    problems: list[Event] = []
+    vLLM's log lines can quote whole prompts. checks: the `kind: check` rules to evaluate."""
+    diagnoser = Diagnoser(checks, keep_text)
     for event in events:
-        if event.rule.kind == "fact":
-            facts.update(event.fields)
-            facts.update(derive(event.rule, _Names({**DEFAULTS, **facts})))
-        else:
-            problems.append(event)
-    problems = [e for e in problems if meets_requirement(e.rule, {**DEFAULTS, **facts, **e.fields})]
-    findings = [to_finding(event, facts, keep_text) for event in problems]
-    return Diagnosis(aggregate(findings), facts)
+        diagnoser.add(event)
+    return diagnoser.result()
 
 
-def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False) -> Finding:
+class Diagnoser:
+    def __init__(self, checks: Sequence[Rule] = (), keep_text: bool = False):
+        self.checks = [rule for rule in checks if rule.kind == "check"]
+        self.keep_text = keep_text
+        self.splitter = RunSplitter()
+
+    def add(self, event: Event) -> Finding | None:
+        """Take the next event; a problem comes back as a finding rendered with the facts so far."""
+        run = self.splitter.add(event)
+        if event.rule.kind == "fact" or not meets_requirement(event.rule, {**DEFAULTS, **run.facts, **event.fields}):
+            return None
+        return to_finding(event, run.facts, self.keep_text, run.number)
+
+    def result(self) -> Diagnosis:
+        findings: list[Finding] = []
+        runs = [run for run in self.splitter.runs if run.problems or run.facts]
+        for run in runs:
+            findings.extend(self._run_findings(run))
+        return Diagnosis(findings, dict(runs[-1].facts) if runs else {}, runs)
+
+    def _run_findings(self, run: Run) -> list[Finding]:
+        problems = [e for e in run.problems if meets_requirement(e.rule, {**DEFAULTS, **run.facts, **e.fields})]
+        findings = aggregate([to_finding(e, run.facts, self.keep_text, run.number) for e in problems])
+        for finding in findings:
+            if "requested_p99" in finding.derived:
+                window = finding.fields.get("max_model_len")
+                finding.derived.update(sizing(finding.derived["requested_p99"], {**DEFAULTS, **run.facts}, window))
+        for rule in self.checks:
+            if rule.attach_to is not None:
+                for finding in findings:
+                    if finding.stage == rule.attach_to:
+                        attach(rule, finding, run.facts)
+        rejected = sum(f.count for f in findings if f.stage == "request")
+        findings.extend(run_checks([r for r in self.checks if r.attach_to is None], run, {"rejected": rejected}))
+        mark_roots(findings)
+        return findings
+
+
+def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, run: int = 1) -> Finding:
     rule: Rule = event.rule
-    names = _Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
+    names = Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
     derived = derive(rule, names)
     cause = render_steps(rule.cause, names, hosted=event.hosted)
     fixes = render_steps(rule.fixes, names, hosted=event.hosted)
@@ -72,8 +122,9 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False) 
         time=record.time,
         hosted=event.hosted,
         references=list(rule.references),
-        facts={k: facts[k] for k in sorted(names.used) if k in facts and k not in event.fields},
+        facts=_facts_used(names, facts, event.fields),
         text=record.text if keep_text else None,
+        run=run,
     )
 
 
@@ -82,27 +133,15 @@ def meets_requirement(rule: Rule, values: Mapping[str, Any]) -> bool:
     lacks a value does not hold, so a partial line never becomes a finding."""
     if rule.require is None:
         return True
-    names = _Names(values)
+    names = Names(values)
     names.update(derive(rule, names))
-    try:
-        return bool(rule.require.evaluate(names))
-    except Missing:
-        return False
+    return holds(rule, names)
 
 
-def derive(rule: Rule, names: _Names) -> dict[str, Any]:
-    """Evaluate the rule's derived numbers in order; one that lacks an input is left out."""
-    derived: dict[str, Any] = {}
-    for name, expression in rule.derived.items():
-        try:
-            value = expression.evaluate(names)
-        except Missing:
-            continue
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-            value = int(value)
-        derived[name] = value
-        names[name] = value
-    return derived
+def evaluate_check(rule: Rule, names: Names) -> dict[str, Any] | None:
+    """A check's derived numbers when its `require` holds over these names, else None."""
+    derived = derive(rule, names)
+    return derived if holds(rule, names) else None
 
 
 def render_steps(steps: list[Step], names: Mapping[str, Any], hosted: bool = False) -> list[str]:
@@ -119,28 +158,158 @@ def render_steps(steps: list[Step], names: Mapping[str, Any], hosted: bool = Fal
     return rendered
 
 
+def _facts_used(names: Names, facts: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: facts[k] for k in sorted(names.used) if k in facts and k not in own}
+
+
+# --- aggregation -------------------------------------------------------------------------
+
+
 def aggregate(findings: list[Finding]) -> list[Finding]:
-    """Identical findings (same rule, source and numbers) become one with a count."""
-    merged: dict[tuple, Finding] = {}
+    """Request rejections of one rule become one finding with their length distribution;
+    other identical findings (same rule, process and numbers) become one with a count."""
+    merged: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        key = (finding.code, finding.source, tuple(sorted(finding.fields.items())), finding.hosted)
-        first = merged.get(key)
-        if first is None:
-            merged[key] = finding
+        if finding.stage == "request" and requested_length(finding.fields) is not None:
+            key: tuple = ("rejections", finding.run, finding.code, finding.source, finding.hosted)
+        else:
+            key = (finding.run, finding.code, finding.source, finding.process,
+                   tuple(sorted(finding.fields.items())), finding.hosted)
+        merged.setdefault(key, []).append(finding)
+    return [_merge(key[0] == "rejections", group) for key, group in merged.items()]
+
+
+def _merge(rejections: bool, group: list[Finding]) -> Finding:
+    first, last = group[0], group[-1]
+    if len(group) == 1:
+        return first
+    first.count = sum(f.count for f in group)
+    first.last_line = last.last_line or last.line
+    first.last_time = last.last_time or last.time
+    if rejections:
+        first.derived.update(rejection_figures([f.fields for f in group]))
+    return first
+
+
+def requested_length(fields: Mapping[str, Any]) -> int | None:
+    """Tokens a rejected request asked for: the total the error prints, else prompt plus
+    max_tokens, else prompt + 1 (the prompt alone was refused: one output token more), else
+    max_tokens alone (the error printed no prompt)."""
+    if fields.get("requested") is not None:
+        return int(fields["requested"])
+    prompt, completion = fields.get("prompt_tokens"), fields.get("completion_tokens")
+    if prompt is not None and completion is not None:
+        return int(prompt + completion)
+    if prompt is not None:
+        return int(prompt) + 1
+    if completion is not None:
+        return int(completion)
+    return None
+
+
+def percentile(values: Sequence[int], percent: float) -> int:
+    """Nearest-rank percentile: the smallest value with at least `percent`% of the values at
+    or below it, i.e. sorted(values)[ceil(percent / 100 * n) - 1] (the minimum for 0)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(percent / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def rejection_figures(rejections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The distribution of requested lengths and how many a smaller max_tokens would have saved."""
+    lengths = [n for n in map(requested_length, rejections) if n is not None]
+    prompt_over = fit_smaller = 0
+    for fields in rejections:
+        prompt, window = fields.get("prompt_tokens"), fields.get("max_model_len")
+        if prompt is None or window is None:
             continue
-        first.count += 1
-        first.last_line = finding.line
-        first.last_time = finding.time
-    return list(merged.values())
+        if prompt >= window:
+            prompt_over += 1
+        elif fields.get("completion_tokens") is not None or fields.get("requested") is not None:
+            fit_smaller += 1
+    return {
+        "rejected": len(rejections),
+        "requested_p50": percentile(lengths, 50),
+        "requested_p90": percentile(lengths, 90),
+        "requested_p99": percentile(lengths, 99),
+        "requested_max": max(lengths),
+        "prompt_over_window": prompt_over,
+        "fit_with_smaller_max_tokens": fit_smaller,
+    }
 
 
-class _Names(dict):
-    """The names a template may use; remembers which were read, to cite the facts used."""
+def sizing(p99: int, facts: Mapping[str, Any], max_model_len: int | None) -> dict[str, Any]:
+    """The window that serves the 99th percentile, and what it costs in this run's KV cache."""
+    block_size = int(facts.get("block_size") or DEFAULTS["block_size"])
+    recommended = round_up(p99, block_size)
+    figures: dict[str, Any] = {"recommended_max_model_len": recommended}
+    bytes_per_token, kv_tokens = facts.get("bytes_per_token"), facts.get("kv_tokens")
+    if bytes_per_token:
+        figures["recommended_kv_gib"] = round(bytes_for_tokens(recommended, bytes_per_token, block_size) / GIB, 2)
+    if kv_tokens:
+        figures["recommended_concurrency"] = round(kv_tokens / recommended, 2)
+        if max_model_len:
+            figures["current_concurrency"] = round(kv_tokens / max_model_len, 2)
+    return figures
 
-    def __init__(self, *args: Any):
-        super().__init__(*args)
-        self.used: set[str] = set()
 
-    def get(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        return super().get(key, default)
+# --- checks ------------------------------------------------------------------------------
+
+
+def attach(rule: Rule, finding: Finding, facts: Mapping[str, Any]) -> None:
+    """Add an attached check's sentences to a finding: causes after its own, fixes first."""
+    names = Names({**DEFAULTS, **facts, **finding.fields, **finding.derived})
+    derived = evaluate_check(rule, names)
+    if derived is None:
+        return
+    cause = render_steps(rule.cause, names, hosted=finding.hosted)
+    fixes = render_steps(rule.fixes, names, hosted=finding.hosted)
+    if not cause and not fixes:
+        return
+    finding.cause.extend(cause)
+    finding.fixes[:0] = fixes
+    finding.derived.update(derived)
+    finding.facts.update(_facts_used(names, facts, finding.fields))
+
+
+def run_checks(rules: Sequence[Rule], run: Run, figures: Mapping[str, Any]) -> list[Finding]:
+    findings = []
+    for rule in rules:
+        names = Names({**DEFAULTS, **run.facts, **figures})
+        derived = evaluate_check(rule, names)
+        if derived is None:
+            continue
+        used = _facts_used(names, run.facts, {})
+        sources = [run.fact_events[k] for k in used if k in run.fact_events]
+        where = max(sources, key=lambda e: e.record.line) if sources else None
+        findings.append(Finding(
+            code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
+            source=where.record.source if where else "", line=where.record.line if where else 0,
+            excerpt=where.excerpt if where else "", fields={}, derived=derived,
+            cause=render_steps(rule.cause, names), fixes=render_steps(rule.fixes, names),
+            process=where.record.process if where else None, rank=where.record.rank if where else None,
+            time=where.record.time if where else None, references=list(rule.references), facts=used,
+            run=run.number,
+        ))
+    return findings
+
+
+# --- ranks -------------------------------------------------------------------------------
+
+
+def mark_roots(findings: list[Finding]) -> None:
+    """When errors come from several processes or ranks, the first to fail is the root
+    (by timestamp when all carry one, else by line) and the others are its consequences."""
+    failed = [f for f in findings if f.severity == "error" and f.stage in FAILURE_STAGES and (f.rank or f.process)]
+    if len({f.rank or f.process for f in failed}) < 2:
+        return
+    timed = all(f.time for f in failed) and len({len(f.time or "") for f in failed}) == 1
+    failed.sort(key=(lambda f: (f.time, f.line)) if timed else (lambda f: f.line))
+    root = failed[0]
+    root.root = True
+    label = f"{root.code} at {root.source}:{root.line} ({root.rank or root.process})"
+    for finding in failed[1:]:
+        finding.root = False
+        finding.consequence_of = label

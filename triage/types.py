@@ -63,3 +63,6 @@ class Finding:
     references: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)  # what the log said elsewhere, as used here
     text: str | None = None  # the whole record, only with --show-text: it may quote a prompt
+    run: int = 1  # which startup run of the log (1-based): facts never cross runs
+    root: bool | None = None  # several ranks failed: True for the first, False for the others
+    consequence_of: str | None = None  # for root False: "CODE at source:line (rank)" of the root

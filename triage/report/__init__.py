@@ -59,7 +59,28 @@ def where(finding: Finding) -> str:
         text += f" (x{finding.count}, last at line {finding.last_line})"
     if finding.process:
         text += f" [{finding.process}]"
+    if finding.root:
+        text += " (failed first: the root)"
+    elif finding.consequence_of:
+        text += f" (consequence of {finding.consequence_of})"
     return text
+
+
+def by_run(findings: list[Finding]) -> list[tuple[str | None, list[Finding]]]:
+    """Findings grouped by startup run, each group ordered; one group without a heading
+    when no input holds more than one run."""
+    runs = sorted({(f.source, f.run) for f in findings})
+    if len(runs) == len({source for source, _ in runs}):
+        return [(None, ordered(findings))]
+    return [
+        (f"{source}: run {run}", ordered([f for f in findings if (f.source, f.run) == (source, run)]))
+        for source, run in runs
+    ]
+
+
+def facts_used(finding: Finding) -> str:
+    """The figures a finding took from elsewhere in its run, as 'name value, ...'."""
+    return ", ".join(f"{name} {value}" for name, value in finding.facts.items())
 
 
 def relative_path(source: str) -> str:

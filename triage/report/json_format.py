@@ -13,7 +13,7 @@ SCHEMA_VERSION = 1
 FINDING_KEYS = (
     "code", "name", "title", "stage", "severity", "source", "line", "last_line", "count",
     "process", "rank", "time", "last_time", "excerpt", "fields", "derived", "facts", "cause",
-    "fixes", "hosted", "references",
+    "fixes", "hosted", "references", "run", "root", "consequence_of",
 )
 
 

@@ -9,14 +9,18 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from triage.report import ScanResult, ordered, summary_line, where
+from triage.report import ScanResult, by_run, facts_used, summary_line, where
 from triage.types import Finding
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def render_plain(result: ScanResult) -> str:
-    blocks = [_plain_finding(f) for f in ordered(result.findings)]
+    blocks = []
+    for heading, findings in by_run(result.findings):
+        if heading:
+            blocks.append(f"== {heading} ==")
+        blocks.extend(_plain_finding(f) for f in findings)
     blocks.append(summary_line(result))
     return "\n\n".join(blocks) + "\n"
 
@@ -32,17 +36,27 @@ def _plain_finding(finding: Finding) -> str:
         lines.append(f"  full text: {finding.text}")
     if finding.cause:
         lines.append("  cause: " + " ".join(finding.cause))
+    if finding.facts:
+        lines.append(f"  figures from this run's log: {facts_used(finding)}")
     for number, fix in enumerate(finding.fixes, 1):
         lines.append(f"  {number}. {fix}")
     return "\n".join(lines)
+
+
+def render_finding(finding: Finding) -> str:
+    """One finding as plain text: what a live stream prints as soon as it is complete."""
+    return _plain_finding(finding)
 
 
 def render_rich(result: ScanResult) -> str:
     width = min(shutil.get_terminal_size((100, 24)).columns, 120)
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=width, highlight=False)
-    for finding in ordered(result.findings):
-        console.print(_panel(finding))
+    for heading, findings in by_run(result.findings):
+        if heading:
+            console.rule(heading)
+        for finding in findings:
+            console.print(_panel(finding))
     console.print(Text(summary_line(result), style="bold"))
     return buffer.getvalue()
 
@@ -56,6 +70,8 @@ def _panel(finding: Finding) -> Panel:
         body.append(Text.assemble(("Full text: ", "bold"), finding.text))
     if finding.cause:
         body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
+    if finding.facts:
+        body.append(Text.assemble(("Figures from this run's log: ", "bold"), facts_used(finding)))
     for number, fix in enumerate(finding.fixes, 1):
         body.append(Text.assemble((f" {number}. ", "bold " + style), fix))
     title = Text.assemble(

@@ -1,0 +1,126 @@
+"""What a log says about the server, one startup run at a time.
+
+A log may hold several runs: the server restarted, or several logs pasted one after
+another. Each run gets its own facts (version, window, KV capacity ...) from the
+`kind: fact` rules, and its own problems; nothing crosses from one run to the next.
+
+A run starts at a startup marker: the version banner, the `non-default args` line or
+the engine config line, which a startup prints in that order. One startup prints
+several of them, so a marker opens a new run only when the current run cannot be
+the same startup any more: it already had problems before any marker (those were the
+tail of an earlier server), the marker comes earlier in startup order than one the
+run has already seen, or the same process already printed this marker in this run.
+Data-parallel engines each print the engine config line; their process names differ,
+so they stay in one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from triage.expr import Missing
+from triage.kvcache import DEFAULT_BLOCK_SIZE
+from triage.ruleset import Rule
+from triage.types import Event
+
+DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
+# Rule names of the startup markers, in the order one startup prints them.
+RUN_MARKERS = {"server-version": 0, "non-default-args": 1, "engine-config": 2}
+PID = regex.compile(r"\s*\bpid=\d+,?")
+
+
+@dataclass(slots=True)
+class Run:
+    number: int  # 1-based, in order of appearance
+    facts: dict[str, Any] = field(default_factory=dict)
+    fact_events: dict[str, Event] = field(default_factory=dict)  # fact name -> the line that last set it
+    problems: list[Event] = field(default_factory=list)
+    markers: dict[str, set[str | None]] = field(default_factory=dict)  # marker -> processes that printed it
+    last_marker_order: int = -1
+
+    def add_fact(self, event: Event) -> None:
+        self.facts.update(event.fields)
+        derived = derive(event.rule, Names({**DEFAULTS, **self.facts}))
+        self.facts.update(derived)
+        for name in (*event.fields, *derived):
+            self.fact_events[name] = event
+
+
+class RunSplitter:
+    """Events in log order in, each put into its run."""
+
+    def __init__(self) -> None:
+        self.runs = [Run(1)]
+
+    @property
+    def current(self) -> Run:
+        return self.runs[-1]
+
+    def add(self, event: Event) -> Run:
+        marker = RUN_MARKERS.get(event.rule.name) if event.rule.kind == "fact" else None
+        if marker is not None:
+            if self._starts_new_run(event, marker):
+                self.runs.append(Run(len(self.runs) + 1))
+            run = self.current
+            run.markers.setdefault(event.rule.name, set()).add(process_name(event.record.process))
+            run.last_marker_order = max(run.last_marker_order, marker)
+        run = self.current
+        if event.rule.kind == "fact":
+            run.add_fact(event)
+        else:
+            run.problems.append(event)
+        return run
+
+    def _starts_new_run(self, event: Event, marker: int) -> bool:
+        run = self.current
+        if run.last_marker_order < 0:
+            return bool(run.problems)
+        if marker < run.last_marker_order:
+            return True
+        return process_name(event.record.process) in run.markers.get(event.rule.name, ())
+
+
+def process_name(process: str | None) -> str | None:
+    """'EngineCore_DP0 pid=3117' -> 'EngineCore_DP0': the same role across restarts."""
+    return PID.sub("", process).strip() if process else None
+
+
+def derive(rule: Rule, names: Names) -> dict[str, Any]:
+    """Evaluate the rule's derived numbers in order; one that lacks an input is left out."""
+    derived: dict[str, Any] = {}
+    for name, expression in rule.derived.items():
+        try:
+            value = expression.evaluate(names)
+        except Missing:
+            continue
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            value = int(value)
+        derived[name] = value
+        names[name] = value
+    return derived
+
+
+def holds(rule: Rule, names: Mapping[str, Any]) -> bool:
+    """The rule's `require` condition; one that lacks a value does not hold."""
+    if rule.require is None:
+        return True
+    try:
+        return bool(rule.require.evaluate(names))
+    except Missing:
+        return False
+
+
+class Names(dict):
+    """The names a template may use; remembers which were read, to cite the facts used."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.used: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return super().get(key, default)
