@@ -171,6 +171,16 @@ def test_long_and_empty_lines_do_not_hide_the_message(matcher, make, line):
     assert_found_once(scan_bytes(matcher, make(), chunk_size=MIB), line)
 
 
+@PROPERTY
+@given(long=st.integers(0, 3000), chunk_size=st.integers(16, 300))
+def test_a_line_longer_than_the_cap_is_cut_and_later_lines_keep_their_numbers(matcher, long, chunk_size):
+    # the cap bounds memory for a stream with no newline (/dev/zero); here it is small
+    data = b"x" * long + b"\n" + PREFIX + BODY + b"\nINFO after\n"
+    chunks = list(iter_chunks(io.BytesIO(data), chunk_size=chunk_size, max_line=256))
+    assert max(len(c.data) for c in chunks) <= max(512, 2 * chunk_size) + len(PREFIX + BODY)
+    assert_found_once(list(matcher.scan("cut.log", chunks)), line=2)
+
+
 def test_the_robust_fixture_is_noisy_and_still_diagnosed(matcher):
     data = (ROBUST / "noisy-overflow-v064.log").read_bytes()
     assert b"\x00" in data and b"\x1b[" in data and b"\r\n" in data and not data.endswith(b"\n")
