@@ -178,7 +178,7 @@ ALL_EVENTS = REQUEST_EVENTS + STARTUP_EVENTS
 
 
 class LogWriter:
-    def __init__(self, shape: str, seed: int, out: BinaryIO):
+    def __init__(self, shape: str, seed: int, out: BinaryIO, pool_blocks: int = POOL_BLOCKS):
         self.shape = shape
         self.rng = random.Random(seed)
         self.out = out
@@ -186,7 +186,7 @@ class LogWriter:
         self.counts: Counter[str] = Counter()
         self.decoys = 0
         self.tagged = self.rng.random() < 0.5  # a server that tags its lines (0.10 - 0.30)
-        self.pool = self._noise_pool()
+        self.pool = self._noise_pool(pool_blocks)
 
     # prefixes ------------------------------------------------------------------------------
 
@@ -263,10 +263,10 @@ class LogWriter:
         )
         return line, decoys
 
-    def _noise_pool(self) -> list[tuple[bytes, int]]:
+    def _noise_pool(self, blocks: int) -> list[tuple[bytes, int]]:
         """Pre-rendered noise blocks (bytes, decoys quoted in them)."""
         pool = []
-        for _ in range(POOL_BLOCKS):
+        for _ in range(blocks):
             lines, decoys = [], 0
             if self.shape == "request-log":
                 line, decoys = self.request_line()

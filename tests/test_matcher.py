@@ -1,0 +1,103 @@
+"""The anchor pass: derived anchors, decoys in request logs, engines, and the benchmark's own counts."""
+
+import io
+import re
+import sys
+from collections import Counter
+
+import pytest
+
+from pathlib import Path
+from triage.anchors import ReEngine, derive, required_runs, trie_regex
+from triage.diagnose import diagnose
+from triage.matcher import Matcher
+from triage.reader import iter_chunks
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import generate  # noqa: E402
+
+ERROR = (
+    "This model's maximum context length is 8192 tokens. However, your request has 9001 input "
+    "tokens. Please reduce the length of the input messages."
+)
+
+
+def codes(events):
+    return [e.rule.code for e in events if e.rule.kind != "fact"]
+
+
+def test_a_prompt_quoting_an_error_in_a_request_log_line_is_not_an_event(matcher):
+    prompt = f"Why does my server say: {ERROR} and then Traceback (most recent call last):\\n ValueError: {ERROR}"
+    request = (
+        "INFO 05-01 11:29:40 [logger.py:43] Received request chatcmpl-9f1c: prompt: '"
+        + prompt.replace("'", "\\'") + "', params: SamplingParams(n=1, max_tokens=512), prompt_token_ids: [1, 2, 3]"
+    )
+    assert codes(matcher.scan_text("x.log", request)) == []
+    real = "ERROR 05-01 11:29:41 [serving_chat.py:222] " + ERROR
+    events = matcher.scan_text("x.log", request + "\n" + real + "\n" + request)
+    assert [(e.rule.code, e.record.line, e.fields["prompt_tokens"]) for e in events] == [("VT102", 2, 9001)]
+
+
+def test_required_runs_leave_out_optional_and_alternative_text():
+    runs = required_runs(r"max seq len \((?P<n>\d+)\)(?: optional tail)?, (?:GiB|GB) KV cache is needed")
+    assert runs == ["max seq len (", ")", ", G", " KV cache is needed"]  # "G" is common to GiB and GB
+    assert required_runs(r"(?i)case does not matter") is None
+
+
+def test_derived_anchors_are_safe_literal_pieces_of_the_pattern():
+    source = r"This model's maximum context length is (?P<n>\d+) tokens\. However, your request has"
+    anchors = derive(source).anchors
+    assert 1 <= len(anchors) <= 3
+    for anchor in anchors:
+        assert 5 <= len(anchor) <= 32
+        assert "'" not in anchor and not anchor.startswith(" ") and not anchor.endswith(" ")
+        assert any(anchor in run for run in required_runs(source))
+    assert not anchors[0][0].isdigit() and anchors[0][0] not in "INPTK "
+
+
+def test_a_pattern_with_no_usable_literal_falls_back_to_its_keywords(ruleset):
+    matcher = Matcher(ruleset)
+    for rule in matcher.rules:
+        for pattern in rule.patterns:
+            held = [a for a, targets in matcher.targets.items() if any(t.pattern is pattern for t in targets)]
+            assert held, f"{rule.code} {pattern.id} has no anchor"
+            if not derive(pattern.compiled.pattern).anchors:
+                assert {a.decode() for a in held} <= {k for k in rule.keywords} | {
+                    piece for k in rule.keywords for piece in derive(re.escape(k)).anchors
+                }
+
+
+def test_the_trie_finds_what_a_plain_alternation_finds():
+    words = [b"max seq len (", b"max_model_len", b"max_model_len (", b"KV cache", b"Received request "]
+    text = b"x max_model_len (8) and max seq len (9) KV cache; Received request 1\nmax_model_le"
+    trie = ReEngine(words)
+    plain = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+    assert [m.group() for m in re.finditer(trie_regex(words), text)] == plain.findall(text)
+    found = trie.found_in(text, 0, len(text))
+    # the engine reports the longest anchor at a place; the matcher adds the ones inside it
+    assert found == {b"max seq len (", b"max_model_len (", b"KV cache", b"Received request "}
+
+
+@pytest.mark.parametrize("shape", generate.SHAPES)
+def test_the_benchmark_log_yields_exactly_what_was_injected(ruleset, shape):
+    """The benchmark's exactness check, small: every injected event found, no decoy, no noise."""
+    out = io.BytesIO()
+    writer = generate.LogWriter(shape, seed=11, out=out, pool_blocks=3)
+    writer.run(3 * generate.EVENT_EVERY)
+    for engine in ("re", "auto"):
+        events = Matcher(ruleset, engine=engine).scan("bench.log", iter_chunks(io.BytesIO(out.getvalue()), chunk_size=1 << 16))
+        found = Counter()
+        for finding in diagnose(list(events)).findings:
+            found[finding.code] += finding.count
+        assert found == writer.counts and sum(found.values()) >= 2
+
+
+def test_the_hyperscan_engine_agrees_with_the_stdlib_one(ruleset):
+    pytest.importorskip("hyperscan")
+    data = b"".join(path.read_bytes() for path in sorted((ROOT / "fixtures").glob("*.log")))
+    results = []
+    for engine in ("re", "hyperscan"):
+        events = Matcher(ruleset, engine=engine).scan("all.log", iter_chunks(io.BytesIO(data), chunk_size=4096))
+        results.append([(e.rule.code, e.record.line, e.pattern_id) for e in events])
+    assert results[0] == results[1] and results[0]
