@@ -216,10 +216,6 @@ def test_hosted_findings_say_so_and_name_no_server_flag():
     assert not any(flag in text for flag in SERVER_FLAGS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="matcher: the hosted-marker context (2 lines around) still reads request-log lines (skip markers); reported",
-)
 def test_a_vllm_error_next_to_a_request_log_quoting_a_hosted_error_is_not_hosted():
     quoting = (
         "(APIServer pid=1) INFO 10-06 09:14:03 [logger.py:41] Received request chatcmpl-7: prompt: 'why does "

@@ -59,6 +59,7 @@ class Matcher:
         self.ruleset = ruleset
         self.rules = list(rules if rules is not None else ruleset.rules)
         self.skip_markers = [m.encode() for m in ruleset.skip_markers]
+        self.skip_marker_texts = list(ruleset.skip_markers)
         self.hosted_markers = list(ruleset.hosted_markers)
         self.warnings: list[str] = []
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
@@ -193,7 +194,7 @@ class Matcher:
         if not events:
             events = self._match_wrapped(source, lines, targets, cursor)
         if any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
-            context = lines.context_text()  # parsing the neighbours costs: only for request errors
+            context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
             hosted = any(marker in context for marker in self.hosted_markers)
             for event in events:
                 event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
@@ -374,6 +375,7 @@ class _Lines:
         parts = self._parsed[offset]
         return parts if parts is not None else LineParts(None)  # type: ignore[arg-type]
 
-    def context_text(self) -> str:
+    def context_text(self, skip_markers: list[str]) -> str:
+        """The lines around the candidate, less request-log lines (a prompt may name any host)."""
         texts = [self.parts(o).text for o in range(-CONTEXT_LINES, CONTEXT_LINES + 1)]
-        return "\n".join(t for t in texts if t)
+        return "\n".join(t for t in texts if t and not any(m in t for m in skip_markers))
