@@ -182,6 +182,24 @@ def test_a_template_naming_an_unknown_field_is_refused(tmp_path):
 # --- a pathological regex cannot hang a scan ------------------------------------
 
 
+@pytest.mark.parametrize(
+    "pattern, why",
+    [
+        ("STALL ((a{100}){100}){100}", "counted repeats"),  # compiling alone takes ~300 MiB and seconds
+        ("STALL (?:x{65535}){65535}", "counted repeats"),  # would not finish compiling
+        ("STALL a{4294967294}", "counted repeats"),
+        ("STALL " + "(" * 3000 + "a" + ")" * 3000, "does not compile"),  # a RecursionError inside regex
+        ("STALL " + "a|" * 6000 + "b", "longer than"),
+    ],
+    ids=["nested-counts", "huge-nested-counts", "huge-count", "deep-groups", "very-long"],
+)
+def test_regexes_that_explode_when_compiled_are_refused_at_load(tmp_path, pattern, why):
+    message = refusal(rule_file(tmp_path, regex=pattern))
+    assert message.startswith(f"{tmp_path / 'user.yaml'}:4: VT990: pattern 1")
+    assert why in message
+
+
+
 def test_a_backtracking_user_rule_is_cut_short_and_named_and_the_scan_goes_on(tmp_path):
     # (?:a|aa)+$ against a long run of 'a' and no end: exponential backtracking
     rules = rule_file(tmp_path, regex=r"STALL (?:a|aa)+$")
