@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from triage.expr import PLACEHOLDER
+from triage.expr import format_value
 from triage.types import SEVERITIES, Finding, severity_rank
 
 TOOL_NAME = "vllm-triage"
@@ -80,7 +81,7 @@ def by_run(findings: list[Finding]) -> list[tuple[str | None, list[Finding]]]:
 
 def facts_used(finding: Finding) -> str:
     """The figures a finding took from elsewhere in its run, as 'name value, ...'."""
-    return ", ".join(f"{name} {value}" for name, value in finding.facts.items())
+    return ", ".join(f"{name} {format_value(value)}" for name, value in finding.facts.items())
 
 
 def relative_path(source: str) -> str:
