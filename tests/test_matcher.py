@@ -101,3 +101,21 @@ def test_the_hyperscan_engine_agrees_with_the_stdlib_one(ruleset):
         events = Matcher(ruleset, engine=engine).scan("all.log", iter_chunks(io.BytesIO(data), chunk_size=4096))
         results.append([(e.rule.code, e.record.line, e.pattern_id) for e in events])
     assert results[0] == results[1] and results[0]
+
+
+@pytest.mark.parametrize("make", generate.ALL_EVENTS, ids=lambda make: make.__name__)
+def test_a_message_wrapped_anywhere_in_its_middle_is_still_found(matcher, make):
+    """A terminal cuts a message at any column: one of its anchors must survive whole.
+    (Not inside a number: "3" + "2768" on the next line reads as a whole message with 3.)"""
+    import random
+
+    code, message = make(random.Random(3))
+    text = "ValueError: " + message
+    missed = []
+    for cut in range(len(text) // 4, 3 * len(text) // 4):
+        if text[cut - 1].isdigit() and text[cut].isdigit():
+            continue
+        log = f"{text[:cut]}\n{text[cut:]}\n"
+        if code not in codes(matcher.scan_text("wrapped.log", log)):
+            missed.append(cut)
+    assert missed == []

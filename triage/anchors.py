@@ -48,6 +48,29 @@ _COMMON = {
 }
 _COMMON.update({digit: 60 for digit in "0123456789"})
 
+# Lines a busy server prints by the million (our own samples of vLLM's formats; request-log
+# lines are left out: the skip marker passes over them whole). A piece
+# of rule text found in one of them would make every such line a candidate: it is the
+# last choice for an anchor (an extra rule anchored on "beddings" hit every
+# /v1/embeddings access line).
+NOISE = """\
+(APIServer pid=2301) INFO:     10.1.2.3:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:40112 - "POST /v1/completions HTTP/1.1" 400 Bad Request
+INFO:     127.0.0.1:40112 - "POST /v1/embeddings HTTP/1.1" 499 Client Closed Request
+INFO:     127.0.0.1:40112 - "GET /v1/models HTTP/1.1" 404 Not Found
+INFO:     127.0.0.1:40112 - "GET /health HTTP/1.1" 503 Service Unavailable
+INFO:     127.0.0.1:40112 - "GET /metrics HTTP/1.1" 500 Internal Server Error
+INFO:     127.0.0.1:40112 - "POST /v1/responses HTTP/1.1" 422 Unprocessable Entity
+INFO:     127.0.0.1:40112 - "POST /tokenize HTTP/1.1" 200 OK
+INFO:     127.0.0.1:40112 - "POST /v1/audio/transcriptions HTTP/1.1" 200 OK
+INFO 05-01 11:29:40 [async_llm.py:261] Added request chatcmpl-9f1c.
+INFO 05-01 11:29:40 [async_llm.py:420] Aborted request chatcmpl-9f1c.
+INFO 05-01 11:29:40 [engine.py:310] Finished request cmpl-9f1c-0.
+INFO 05-01 11:29:40 [engine.py:310] Generating response for request cmpl-9f1c
+DEBUG 05-01 11:29:40 [client.py:12] HTTP Request: POST http://127.0.0.1:8000/v1/chat/completions "HTTP/1.1 200 OK"
+"""
+NOISE_COST = 300
+
 
 def byte_cost(char: str) -> int:
     return _COMMON.get(char, 0)
@@ -116,13 +139,18 @@ def _candidates(run: str) -> list[tuple[int, int, int]]:
             if piece[-1] == " " or any(c in UNSAFE or not (" " <= c <= "~") for c in piece):
                 continue
             short = max(0, MIN_ANCHOR - len(piece)) * 20
-            found.append((4 * byte_cost(piece[0]) + byte_cost(piece[-1]) + short - len(piece) // 4, start, end))
+            noise = NOISE_COST if piece in NOISE else 0
+            found.append((4 * byte_cost(piece[0]) + byte_cost(piece[-1]) + short + noise - len(piece) // 4, start, end))
             break  # the longest usable piece from this start
     return found
 
 
 def derive(source: str) -> PatternAnchors:
-    """Up to three non-overlapping anchors for one pattern, the rarest first."""
+    """Up to three non-overlapping anchors for one pattern, the rarest first.
+
+    Two at least when the pattern has them, weak or not: a message wrapped over two
+    lines is found only when one anchor is left whole.
+    """
     runs = required_runs(source)
     if runs is None:
         return PatternAnchors([], "uses syntax the anchor derivation does not read")
@@ -134,8 +162,9 @@ def derive(source: str) -> PatternAnchors:
         _, index, start, end = candidate
         if any(index == i and start < e and s < end for _, i, s, e in chosen):
             continue
-        if chosen and not strong_anchor(runs[index][start:end]):
-            continue  # a weak second anchor would make every line it hits a candidate
+        piece = runs[index][start:end]
+        if chosen and (piece in NOISE or len(chosen) >= 2 and not strong_anchor(piece)):
+            continue  # a weak third anchor, or one in noise, would make every line it hits a candidate
         chosen.append(candidate)
         if len(chosen) == ANCHORS_PER_PATTERN:
             break
@@ -154,8 +183,8 @@ def keyword_anchor(keyword: str) -> str:
 
 
 def strong_anchor(anchor: str) -> bool:
-    """Long enough and starting on a byte that is rare in server logs."""
-    return len(anchor) >= MIN_ANCHOR and byte_cost(anchor[0]) < 30
+    """Long enough, starting on a byte that is rare in server logs, and in no line they repeat."""
+    return len(anchor) >= MIN_ANCHOR and byte_cost(anchor[0]) < 30 and anchor not in NOISE
 
 
 # --- engines --------------------------------------------------------------------------------

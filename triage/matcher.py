@@ -18,6 +18,7 @@ moves, passing over the bytes of request-log lines, so no separate pass counts t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ from triage.types import Event, Record
 CONTEXT_LINES = 2  # a message may continue over this many lines before or after its anchor
 # Relative line windows tried when a candidate line does not match on its own.
 WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
+FORWARD_WINDOWS = WRAP_WINDOWS[:2]
+# A line that starts like this is a record of its own, not the rest of a wrapped message.
+NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;]*m)*(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b")
 MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 MAX_EXCERPT = 600
 MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
@@ -193,6 +197,11 @@ class Matcher:
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, targets, cursor)
         if not events:
             events = self._match_wrapped(source, lines, targets, cursor)
+        elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
+            matched = {event.rule.code for event in events}
+            rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
+            if rest:
+                events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
         if any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
             context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
             hosted = any(marker in context for marker in self.hosted_markers)
@@ -200,8 +209,18 @@ class Matcher:
                 event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
         yield from events
 
-    def _match_wrapped(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
-        for before, after in WRAP_WINDOWS:
+    def _cut_short(self, target: _Target, text: str) -> bool:
+        """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
+        try:
+            match = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
+        except TimeoutError:
+            return False
+        return match is not None and match.partial and match.end() > match.start()
+
+    def _match_wrapped(
+        self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, windows=WRAP_WINDOWS
+    ) -> list[Event]:
+        for before, after in windows:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
@@ -374,6 +393,11 @@ class _Lines:
             self._parsed[offset] = parse_line(self.buffer[bounds[0] : bounds[1]]) if bounds else None
         parts = self._parsed[offset]
         return parts if parts is not None else LineParts(None)  # type: ignore[arg-type]
+
+    def next_may_continue(self) -> bool:
+        """There is a next line and it does not start a record of its own."""
+        start = self.end + 1
+        return start < len(self.buffer) and NEW_RECORD.match(self.buffer, start) is None
 
     def context_text(self, skip_markers: list[str]) -> str:
         """The lines around the candidate, less request-log lines (a prompt may name any host)."""
