@@ -302,6 +302,16 @@ class HyperscanEngine:
         return None
 
     def found_in(self, buffer: bytes, start: int, end: int) -> set[bytes]:
+        low, high = self._window
+        if buffer is self._buffer and low <= start and end <= high:  # the window's hits hold them
+            at = bisect.bisect_left(self._starts, start)
+            anchors, lengths, found = self.anchors, self.lengths, set()
+            for hit_start, anchor_id in self._hits[at:]:
+                if hit_start >= end:
+                    break
+                if hit_start + lengths[anchor_id] <= end:
+                    found.add(anchors[anchor_id])
+            return found
         return {self.anchors[anchor_id] for _, anchor_id in self._scan(buffer[start:end], start)}
 
 

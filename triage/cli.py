@@ -66,13 +66,14 @@ def scan_paths(
     facts = {}
     interrupted = False
     checks = [rule for rule in matcher.rules if rule.kind == "check" and (standalone_checks or rule.attach_to)]
+    fact_names = matcher.ruleset.fact_names
     for path in paths:
         try:
             name, stream = (path, io.BufferedReader(FollowedFile(path))) if follow else open_input(path)
         except InputError as exc:
             errors.append(str(exc))
             continue
-        diagnoser = Diagnoser(checks, keep_text)
+        diagnoser = Diagnoser(checks, keep_text, fact_names)
         try:
             not_a_log = sniff_binary(stream)
             if not_a_log:

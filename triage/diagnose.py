@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triage.expr import Missing, render
@@ -58,17 +58,39 @@ def diagnose(events: Iterable[Event], keep_text: bool = False, checks: Sequence[
 
 
 class Diagnoser:
-    def __init__(self, checks: Sequence[Rule] = (), keep_text: bool = False):
+    def __init__(self, checks: Sequence[Rule] = (), keep_text: bool = False, fact_names: Iterable[str] | None = None):
+        """fact_names: every name a fact rule can set (RuleSet.fact_names); with them, an event
+        whose `require` fails on its own numbers alone is not kept (flat memory on big logs)."""
         self.checks = [rule for rule in checks if rule.kind == "check"]
         self.keep_text = keep_text
         self.splitter = RunSplitter()
+        self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
+        self._reads: dict[int, set[str]] = {}  # id(rule) -> the names its require may read
 
     def add(self, event: Event) -> Finding | None:
         """Take the next event; a problem comes back as a finding rendered with the facts so far."""
         run = self.splitter.add(event)
-        if event.rule.kind == "fact" or not meets_requirement(event.rule, {**DEFAULTS, **run.facts, **event.fields}):
+        if event.rule.kind == "fact":
             return None
+        if not meets_requirement(event.rule, {**DEFAULTS, **run.facts, **event.fields}):
+            if self._settled(event):
+                run.problems.pop()  # no later fact can change the answer: never a finding
+            return None
+        if not self.keep_text:  # the record's text (maybe a whole prompt) is not needed any more
+            event.record = replace(event.record, text="")
         return to_finding(event, run.facts, self.keep_text, run.number)
+
+    def _settled(self, event: Event) -> bool:
+        """The rule's `require` reads no fact that the event's own numbers do not override."""
+        if self.fact_names is None:
+            return False
+        rule = event.rule
+        reads = self._reads.get(id(rule))
+        if reads is None:
+            expressions = [rule.require, *rule.derived.values()]
+            reads = {name for e in expressions if e is not None for name in e.names} - set(rule.derived)
+            self._reads[id(rule)] = reads
+        return not (reads & self.fact_names) - event.fields.keys()
 
     def result(self) -> Diagnosis:
         findings: list[Finding] = []

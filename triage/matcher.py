@@ -38,6 +38,7 @@ FORWARD_WINDOWS = WRAP_WINDOWS[:2]
 NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;]*m)*(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b")
 MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 MAX_EXCERPT = 600
+MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
 MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
 HOSTED_STAGES = {"request"}
 
@@ -70,6 +71,7 @@ class Matcher:
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
         self._closure = _substring_closure(self.targets)
+        self._targets_for: dict[frozenset[bytes], list[_Target]] = {}
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine) if all_anchors else None
 
@@ -183,12 +185,18 @@ class Matcher:
 
     def _targets_in(self, buffer: bytes, start: int, end: int) -> list[_Target]:
         """The patterns whose anchors the line holds, in rule-file order."""
-        chosen: dict[tuple[int, int], _Target] = {}
-        for anchor in self.engine.found_in(buffer, start, end):  # type: ignore[union-attr]
-            for held in self._closure.get(anchor, (anchor,)):
-                for target in self.targets.get(held, ()):
-                    chosen[target.rule_index, target.pattern_index] = target
-        return [chosen[key] for key in sorted(chosen)]
+        found = frozenset(self.engine.found_in(buffer, start, end))  # type: ignore[union-attr]
+        targets = self._targets_for.get(found)
+        if targets is None:  # a few combinations repeat all through a log (metrics lines)
+            chosen: dict[tuple[int, int], _Target] = {}
+            for anchor in found:
+                for held in self._closure.get(anchor, (anchor,)):
+                    for target in self.targets.get(held, ()):
+                        chosen[target.rule_index, target.pattern_index] = target
+            targets = [chosen[key] for key in sorted(chosen)]
+            if len(self._targets_for) < MAX_TARGET_SETS:
+                self._targets_for[found] = targets
+        return targets
 
     # --- one candidate line ---------------------------------------------------------
 
