@@ -21,6 +21,7 @@ as its line is read (with the facts seen so far); result() gives the whole pictu
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -66,19 +67,34 @@ class Diagnoser:
         self.splitter = RunSplitter()
         self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
         self._reads: dict[int, set[str]] = {}  # id(rule) -> the names its require may read
+        self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
 
     def add(self, event: Event) -> Finding | None:
         """Take the next event; a problem comes back as a finding rendered with the facts so far."""
         run = self.splitter.add(event)
         if event.rule.kind == "fact":
             return None
+        settled = self._settled(event)
         if not meets_requirement(event.rule, {**DEFAULTS, **run.facts, **event.fields}):
-            if self._settled(event):
+            if settled:
                 run.problems.pop()  # no later fact can change the answer: never a finding
             return None
         if not self.keep_text:  # the record's text (maybe a whole prompt) is not needed any more
             event.record = replace(event.record, text="")
+        if settled:
+            self._fold(run, event)
         return to_finding(event, run.facts, self.keep_text, run.number)
+
+    def _fold(self, run: Run, event: Event) -> None:
+        """A finding for sure: the first of its group stays in the run, the others only count
+        (and give their requested length), so a million rejections take a few numbers."""
+        key = group_key(run.number, event.rule.code, event.record.source, event.record.process,
+                        event.fields, event.hosted, event.rule.stage)
+        if key not in self._folded:
+            self._folded[key] = Folded()
+            return
+        run.problems.pop()
+        self._folded[key].add(event)
 
     def _settled(self, event: Event) -> bool:
         """The rule's `require` reads no fact that the event's own numbers do not override."""
@@ -86,9 +102,14 @@ class Diagnoser:
             return False
         rule = event.rule
         reads = self._reads.get(id(rule))
-        if reads is None:
-            expressions = [rule.require, *rule.derived.values()]
-            reads = {name for e in expressions if e is not None for name in e.names} - set(rule.derived)
+        if reads is None:  # the require's names, through the derived numbers it uses
+            reads, todo = set(), list(rule.require.names) if rule.require is not None else []
+            while todo:
+                name = todo.pop()
+                if name in rule.derived and name not in reads:
+                    todo.extend(rule.derived[name].names)
+                reads.add(name)
+            reads -= set(rule.derived)
             self._reads[id(rule)] = reads
         return not (reads & self.fact_names) - event.fields.keys()
 
@@ -101,7 +122,7 @@ class Diagnoser:
 
     def _run_findings(self, run: Run) -> list[Finding]:
         problems = [e for e in run.problems if meets_requirement(e.rule, {**DEFAULTS, **run.facts, **e.fields})]
-        findings = aggregate([to_finding(e, run.facts, self.keep_text, run.number) for e in problems])
+        findings = aggregate([to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded)
         for finding in findings:
             if "requested_p99" in finding.derived:
                 window = finding.fields.get("max_model_len")
@@ -187,29 +208,60 @@ def _facts_used(names: Names, facts: Mapping[str, Any], own: Mapping[str, Any]) 
 # --- aggregation -------------------------------------------------------------------------
 
 
-def aggregate(findings: list[Finding]) -> list[Finding]:
+def group_key(run: int, code: str, source: str, process: str | None, fields: Mapping[str, Any],
+              hosted: bool, stage: str) -> tuple:
+    """Findings with the same key become one."""
+    if stage == "request" and requested_length(fields) is not None:
+        return ("rejections", run, code, source, hosted)
+    return (run, code, source, process, tuple(sorted(fields.items())), hosted)
+
+
+@dataclass(slots=True)
+class Folded:
+    """The later events of a group, as numbers: how many, the last, the rejection figures' inputs."""
+
+    count: int = 0
+    last_line: int = 0
+    last_time: str | None = None
+    stats: RejectionStats = field(default_factory=lambda: RejectionStats())
+
+    def add(self, event: Event) -> None:
+        self.count += 1
+        self.last_line, self.last_time = event.record.line, event.record.time
+        self.stats.add(event.fields)
+
+
+def aggregate(findings: list[Finding], folded: Mapping[tuple, Folded] | None = None) -> list[Finding]:
     """Request rejections of one rule become one finding with their length distribution;
-    other identical findings (same rule, process and numbers) become one with a count."""
+    other identical findings (same rule, process and numbers) become one with a count.
+    folded: the events Diagnoser counted without keeping them, by group key."""
     merged: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        if finding.stage == "request" and requested_length(finding.fields) is not None:
-            key: tuple = ("rejections", finding.run, finding.code, finding.source, finding.hosted)
-        else:
-            key = (finding.run, finding.code, finding.source, finding.process,
-                   tuple(sorted(finding.fields.items())), finding.hosted)
+        key = group_key(finding.run, finding.code, finding.source, finding.process, finding.fields,
+                        finding.hosted, finding.stage)
         merged.setdefault(key, []).append(finding)
-    return [_merge(key[0] == "rejections", group) for key, group in merged.items()]
+    folded = folded or {}
+    return [_merge(key[0] == "rejections", group, folded.get(key)) for key, group in merged.items()]
 
 
-def _merge(rejections: bool, group: list[Finding]) -> Finding:
+def _merge(rejections: bool, group: list[Finding], folded: Folded | None = None) -> Finding:
     first, last = group[0], group[-1]
-    if len(group) == 1:
+    if len(group) == 1 and not (folded and folded.count):
         return first
     first.count = sum(f.count for f in group)
     first.last_line = last.last_line or last.line
     first.last_time = last.last_time or last.time
+    if folded and folded.count:
+        first.count += folded.count
+        if folded.last_line > first.last_line:  # lines of one source only grow
+            first.last_line, first.last_time = folded.last_line, folded.last_time
     if rejections:
-        first.derived.update(rejection_figures([f.fields for f in group]))
+        stats = RejectionStats()
+        for finding in group:
+            stats.add(finding.fields)
+        if folded:
+            stats.merge(folded.stats)
+        first.derived.update(stats.figures())
     return first
 
 
@@ -241,25 +293,65 @@ def percentile(values: Sequence[int], percent: float) -> int:
 
 def rejection_figures(rejections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The distribution of requested lengths and how many a smaller max_tokens would have saved."""
-    lengths = [n for n in map(requested_length, rejections) if n is not None]
-    prompt_over = fit_smaller = 0
+    stats = RejectionStats()
     for fields in rejections:
+        stats.add(fields)
+    return stats.figures()
+
+
+@dataclass(slots=True)
+class RejectionStats:
+    """What rejection_figures needs, in memory that does not grow with the rejections:
+    the requested lengths as a count per length (exact percentiles all the same)."""
+
+    rejected: int = 0
+    lengths: Counter = field(default_factory=Counter)
+    prompt_over: int = 0
+    fit_smaller: int = 0
+
+    def add(self, fields: Mapping[str, Any]) -> None:
+        self.rejected += 1
+        length = requested_length(fields)
+        if length is not None:
+            self.lengths[length] += 1
         prompt, window = fields.get("prompt_tokens"), fields.get("max_model_len")
         if prompt is None or window is None:
-            continue
+            return
         if prompt >= window:
-            prompt_over += 1
+            self.prompt_over += 1
         elif fields.get("completion_tokens") is not None or fields.get("requested") is not None:
-            fit_smaller += 1
-    return {
-        "rejected": len(rejections),
-        "requested_p50": percentile(lengths, 50),
-        "requested_p90": percentile(lengths, 90),
-        "requested_p99": percentile(lengths, 99),
-        "requested_max": max(lengths),
-        "prompt_over_window": prompt_over,
-        "fit_with_smaller_max_tokens": fit_smaller,
-    }
+            self.fit_smaller += 1
+
+    def merge(self, other: RejectionStats) -> None:
+        self.rejected += other.rejected
+        self.lengths.update(other.lengths)
+        self.prompt_over += other.prompt_over
+        self.fit_smaller += other.fit_smaller
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "rejected": self.rejected,
+            "requested_p50": counted_percentile(self.lengths, 50),
+            "requested_p90": counted_percentile(self.lengths, 90),
+            "requested_p99": counted_percentile(self.lengths, 99),
+            "requested_max": max(self.lengths),
+            "prompt_over_window": self.prompt_over,
+            "fit_with_smaller_max_tokens": self.fit_smaller,
+        }
+
+
+def counted_percentile(counts: Mapping[int, int], percent: float) -> int:
+    """percentile() over values given as value -> how many times."""
+    total = sum(counts.values())
+    if not total:
+        raise ValueError("percentile of no values")
+    rank = max(1, math.ceil(percent / 100 * total))
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen >= rank:
+            return value
+    raise AssertionError("unreachable")
 
 
 def sizing(p99: int, facts: Mapping[str, Any], max_model_len: int | None) -> dict[str, Any]:
