@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.reader import iter_chunks
+from triage.matcher import Matcher
+from triage.reader import Chunk, iter_chunks
 
 MESSAGE = (
     b"ValueError: To serve at least one request with the models's max seq len (65536), (8.00 GiB KV "
@@ -59,3 +60,40 @@ def test_line_numbers_count_newlines_only(matcher):
     data = progress * 5 + b"\r\n".join([NOISE.strip()] * 3) + b"\r\n" + MESSAGE + b"\r\n"
     for chunk_size in (48, 4096):
         assert [e.record.line for e in scan(matcher, data, chunk_size)] == [9]
+
+
+LIVE_ERROR = (
+    "ERROR 05-01 11:29:41 [serving_chat.py:222] This model's maximum context length is 8192 tokens. "
+    "However, your request has 9001 input tokens. Please reduce the length of the input messages.\n"
+)
+
+
+def _reads(lines, asked):
+    for number, line in enumerate(lines, 1):
+        asked.append(number)
+        yield Chunk(line.encode(), number)
+
+
+def test_live_reports_a_line_that_matches_alone_before_the_next_line_arrives(ruleset):
+    asked: list[int] = []
+    lines = ["INFO 05-01 11:29:40 [api_server.py:1] starting\n", LIVE_ERROR, "INFO 05-01 11:29:42 [x.py:1] next\n"]
+    events = Matcher(ruleset, live=True).scan("pipe", _reads(lines, asked))
+    first = next(e for e in events if e.rule.kind != "fact")
+    assert (first.rule.code, first.record.line, asked) == ("VT102", 2, [1, 2])
+    assert [e.rule.code for e in events if e.rule.kind != "fact"] == []  # not reported twice
+
+
+def test_live_still_joins_a_message_wrapped_over_the_next_line(ruleset):
+    text = LIVE_ERROR.split("] ", 1)[1]
+    lines = [text[:60] + "\n", text[60:], "INFO 05-01 11:29:42 [x.py:1] next\n"]
+    asked: list[int] = []
+    events = [e for e in Matcher(ruleset, live=True).scan("pipe", _reads(lines, asked)) if e.rule.kind != "fact"]
+    assert [(e.rule.code, e.record.line, e.record.end_line) for e in events] == [("VT102", 1, 2)]
+
+
+def test_without_live_the_newest_line_waits_for_the_next_chunk(ruleset):
+    asked: list[int] = []
+    lines = ["INFO 05-01 11:29:40 [api_server.py:1] starting\n", LIVE_ERROR, "INFO 05-01 11:29:42 [x.py:1] next\n"]
+    events = Matcher(ruleset).scan("pipe", _reads(lines, asked))
+    next(e for e in events if e.rule.kind != "fact")
+    assert asked == [1, 2, 3]

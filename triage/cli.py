@@ -265,7 +265,7 @@ def scan(
     interrupted = False
     try:
         result = scan_paths(
-            inputs, Matcher(ruleset, chosen), keep_text=show_text, on_finding=print_finding, follow=follow,
+            inputs, Matcher(ruleset, chosen, live=live), keep_text=show_text, on_finding=print_finding, follow=follow,
             tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(),
         )
     except ScanInterrupted as stop:

@@ -60,8 +60,12 @@ class _Target:
 
 
 class Matcher:
-    def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None, engine: str = "auto"):
+    def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None, engine: str = "auto", live: bool = False):
+        """live: a line at the end of what was read that matches on its own is reported at
+        once, not when the next lines arrive (a pipe or --follow: the newest line may be
+        the last for a while); only a message that may go on below still waits for them."""
         self.ruleset = ruleset
+        self.live = live
         self.rules = list(rules if rules is not None else ruleset.rules)
         self.skip_markers = [m.encode() for m in ruleset.skip_markers]
         self.skip_marker_texts = list(ruleset.skip_markers)
@@ -106,7 +110,7 @@ class Matcher:
         """Events in the order of the lines they start on."""
         cursor = _Cursor()
         history = _History()  # the last chunks, enough of them to hold the context lines
-        pending: list[tuple[int, int]] = []  # (offset, line) of candidates at the end of the last chunk
+        pending: list[tuple[int, int, frozenset[str]]] = []  # (offset, line, rules already reported) at the end of the last chunk
         line_no: int | None = None
         for chunk in chunks:
             if line_no is None:
@@ -128,7 +132,7 @@ class Matcher:
 
     def _scan_chunk(
         self, source: str, data: bytes, first_line: int, history: _History,
-        pending: list[tuple[int, int]], cursor: _Cursor,
+        pending: list[tuple[int, int, frozenset[str]]], cursor: _Cursor,
     ) -> Iterator[Event]:
         """Match the chunk's candidate lines; defer those at its end; return its line count."""
         end = len(data)
@@ -155,8 +159,14 @@ class Matcher:
                 continue
             if line_no <= cursor.consumed_until:
                 continue
-            if line_start >= tail_start:
-                pending.append((line_start, line_no))  # its next lines are in the next chunk
+            if line_start >= tail_start:  # its next lines are in the next chunk
+                reported: frozenset[str] = frozenset()
+                if self.live:
+                    buffer, offset = _with_lines_before(data, line_start, history)
+                    events = self._match_alone(source, buffer, offset, line_no, cursor)
+                    reported = frozenset(event.rule.code for event in events)
+                    yield from events
+                pending.append((line_start, line_no, reported))
             elif line_start < head_end:
                 before = history.last_lines(CONTEXT_LINES)  # its previous lines are in earlier chunks
                 joined = before + data[: _end_of_first_lines(data, 2 * CONTEXT_LINES)]
@@ -166,22 +176,43 @@ class Matcher:
         return line_no - first_line + data.count(b"\n", counted_to, end)
 
     def _scan_seam(
-        self, source: str, history: _History, pending: list[tuple[int, int]], data: bytes, cursor: _Cursor
+        self, source: str, history: _History, pending: list[tuple[int, int, frozenset[str]]], data: bytes, cursor: _Cursor
     ) -> Iterator[Event]:
         """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
         before = history.last_lines(2 * CONTEXT_LINES)
         shift = len(before) - len(history.pieces[-1])  # offsets in the last chunk -> offsets in `before`
         joined = before + data[: _end_of_first_lines(data, CONTEXT_LINES)]
-        for line_start, line_no in pending:
+        for line_start, line_no, reported in pending:
             if line_no > cursor.consumed_until:
-                yield from self._match_at(source, joined, line_start + shift, line_no, cursor)
+                yield from self._match_at(source, joined, line_start + shift, line_no, cursor, reported)
 
-    def _match_at(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> Iterator[Event]:
+    def _match_at(
+        self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
+        reported: frozenset[str] = frozenset(),
+    ) -> Iterator[Event]:
+        line_end = buffer.find(b"\n", line_start)
+        line_end = len(buffer) if line_end < 0 else line_end
+        targets = [t for t in self._targets_in(buffer, line_start, line_end) if t.rule.code not in reported]
+        if targets and reported:  # the line alone was matched already: only its continuation is new
+            lines = _Lines(buffer, line_start, line_end, line_no)
+            events = self._match_wrapped(source, lines, targets, cursor)
+            self._mark_hosted(events, lines)
+            yield from events
+        elif targets:
+            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), targets, cursor)
+
+    def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
+        """The events of one line on its own (live: the lines after it are not read yet)."""
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
         targets = self._targets_in(buffer, line_start, line_end)
-        if targets:
-            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), targets, cursor)
+        if not targets:
+            return []
+        lines = _Lines(buffer, line_start, line_end, line_no)
+        parts = lines.parts(0)
+        events = self._match_text(source, parts, parts.text, line_no, line_no, targets, cursor)
+        self._mark_hosted(events, lines)
+        return events
 
     def _targets_in(self, buffer: bytes, start: int, end: int) -> list[_Target]:
         """The patterns whose anchors the line holds, in rule-file order."""
@@ -210,12 +241,15 @@ class Matcher:
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
             if rest:
                 events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
+        self._mark_hosted(events, lines)
+        yield from events
+
+    def _mark_hosted(self, events: list[Event], lines: _Lines) -> None:
         if any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
             context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
             hosted = any(marker in context for marker in self.hosted_markers)
             for event in events:
                 event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
-        yield from events
 
     def _cut_short(self, target: _Target, text: str) -> bool:
         """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
@@ -313,6 +347,21 @@ def _joins(texts: list[str]) -> list[str]:
     for text in texts[1:]:
         joined = [variant for head in joined for variant in join_variants(head, text)]
     return joined
+
+
+def _with_lines_before(data: bytes, line_start: int, history: _History) -> tuple[bytes, int]:
+    """A buffer from CONTEXT_LINES lines before the line to the end of the chunk (from the
+    earlier chunks when the chunk holds fewer), and the line's offset in it."""
+    start = line_start
+    for _ in range(CONTEXT_LINES):
+        if start == 0:
+            break
+        start = data.rfind(b"\n", 0, start - 1) + 1
+    piece = data[start:]
+    if start == 0 and history.pieces:
+        before = history.last_lines(CONTEXT_LINES)
+        return before + piece, len(before) + line_start
+    return piece, line_start - start
 
 
 def _start_of_last_lines(buffer: bytes, count: int) -> int:
