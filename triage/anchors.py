@@ -43,7 +43,7 @@ _COMMON = {
     "l": 35, "d": 30, "c": 30, "u": 30, "m": 30, "p": 30, "f": 15, "g": 30, "y": 20, "w": 12,
     "b": 25, "v": 35, "k": 6, "x": 3, "j": 2, "q": 10, "z": 1, ".": 50, ":": 40, "/": 40,
     "-": 35, ",": 30, "=": 10, "(": 10, ")": 10, "[": 8, "]": 8, "_": 8, "%": 5, "I": 30,
-    "N": 30, "F": 25, "O": 25, "P": 35, "T": 35, "K": 20, "H": 30, "S": 30, "E": 30, "G": 30,
+    "N": 30, "F": 25, "O": 40, "P": 35, "T": 35, "K": 35, "H": 30, "S": 30, "E": 30, "G": 30,
     "V": 8, "C": 15, "A": 15, "W": 4, "R": 15,
 }
 _COMMON.update({digit: 60 for digit in "0123456789"})
@@ -159,12 +159,17 @@ def derive(source: str) -> PatternAnchors:
         (cost, index, start, end) for index, run in enumerate(runs) for cost, start, end in _candidates(run)
     )
     for candidate in candidates:
-        _, index, start, end = candidate
-        if any(index == i and start < e and s < end for _, i, s, e in chosen):
+        cost, index, start, end = candidate
+        later = [s for _, i, s, _ in chosen if i == index and start < s < end]
+        if later:  # it runs into a chosen anchor: what comes before that may still do
+            end = len(runs[index][start : min(later)].rstrip(" "))
+            end += start
+            candidate = (cost, index, start, end)
+        if end - start < SHORTEST_USABLE or any(index == i and start < e and s < end for _, i, s, e in chosen):
             continue
         piece = runs[index][start:end]
-        if chosen and (piece in NOISE or len(chosen) >= 2 and not strong_anchor(piece)):
-            continue  # a weak third anchor, or one in noise, would make every line it hits a candidate
+        if chosen and (piece in NOISE or byte_cost(piece[0]) >= 30 or len(chosen) >= 2 and not strong_anchor(piece)):
+            continue  # a weak third anchor, or one in noise or on a common first byte, would slow the anchor pass
         chosen.append(candidate)
         if len(chosen) == ANCHORS_PER_PATTERN:
             break
