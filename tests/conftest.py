@@ -1,3 +1,4 @@
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,15 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(scope="module")
+def builtin_rules_loaded_once():
+    """CLI tests run scan many times: load the built-in rules once per module, not per run."""
+    import triage.cli
+
+    cached = functools.cache(lambda paths: triage.cli.load_rules(paths))
+    original = triage.cli.load_ruleset
+    triage.cli.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
+    yield
+    triage.cli.load_ruleset = original

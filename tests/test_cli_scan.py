@@ -1,6 +1,5 @@
 """The scan command as users run it: files, stdin, gzip, several inputs, JSON, exit codes."""
 
-import functools
 import gzip
 import json
 import subprocess
@@ -68,16 +67,7 @@ SCAN_SCHEMA = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_rule_load_per_module():
-    """Loading the built-in rules takes most of a scan's time here: load them once per module."""
-    import triage.cli
-
-    cached = functools.cache(lambda paths: triage.cli.load_rules(paths))
-    original = triage.cli.load_ruleset
-    triage.cli.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
-    yield
-    triage.cli.load_ruleset = original
+pytestmark = pytest.mark.usefixtures("builtin_rules_loaded_once")
 
 
 def scan(*args, stdin=None):

@@ -4,7 +4,6 @@ Each fixture is one scenario in one kind of messy input (see its name). The tabl
 says what a user must see for it; negatives must give no finding at all.
 """
 
-import functools
 import json
 from dataclasses import dataclass, field
 
@@ -16,16 +15,7 @@ from triage.cli import main
 from conftest import FIXTURES
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_rule_load_per_module():
-    """Loading the built-in rules takes most of a scan's time here: load them once per module."""
-    import triage.cli
-
-    cached = functools.cache(lambda paths: triage.cli.load_rules(paths))
-    original = triage.cli.load_ruleset
-    triage.cli.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
-    yield
-    triage.cli.load_ruleset = original
+pytestmark = pytest.mark.usefixtures("builtin_rules_loaded_once")
 
 
 @dataclass
