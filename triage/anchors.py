@@ -131,17 +131,24 @@ def required_runs(source: str) -> list[str] | None:
 def _candidates(run: str) -> list[tuple[int, int, int]]:
     """(cost, start, end) of the usable substrings of one run."""
     found = []
+    bad_at = len(run)  # the first unusable character at or after start (scanning backwards)
+    next_bad = [0] * len(run)
+    for index in range(len(run) - 1, -1, -1):
+        if run[index] in UNSAFE or not (" " <= run[index] <= "~"):
+            bad_at = index
+        next_bad[index] = bad_at
     for start, char in enumerate(run):
         if char == " " or char in UNSAFE:
             continue
-        for end in range(min(len(run), start + MAX_ANCHOR), start + SHORTEST_USABLE - 1, -1):
-            piece = run[start:end]
-            if piece[-1] == " " or any(c in UNSAFE or not (" " <= c <= "~") for c in piece):
-                continue
-            short = max(0, MIN_ANCHOR - len(piece)) * 20
-            noise = NOISE_COST if piece in NOISE else 0
-            found.append((4 * byte_cost(piece[0]) + byte_cost(piece[-1]) + short + noise - len(piece) // 4, start, end))
-            break  # the longest usable piece from this start
+        end = min(len(run), start + MAX_ANCHOR, next_bad[start])
+        while end > start and run[end - 1] == " ":
+            end -= 1
+        if end - start < SHORTEST_USABLE:
+            continue
+        piece = run[start:end]  # the longest usable piece from this start
+        short = max(0, MIN_ANCHOR - len(piece)) * 20
+        noise = NOISE_COST if piece in NOISE else 0
+        found.append((4 * byte_cost(piece[0]) + byte_cost(piece[-1]) + short + noise - len(piece) // 4, start, end))
     return found
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.anchors import derive, keyword_anchor, make_engine, strong_anchor
+from triage.anchors import ReEngine, derive, keyword_anchor, make_engine, strong_anchor
 from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
 from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
@@ -390,9 +390,16 @@ def _end_of_first_lines(buffer: bytes, count: int) -> int:
 
 def _substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, ...]]:
     """For an anchor that holds shorter anchors, all of them: the engine reports only the longest."""
+    anchors = list(targets)
+    if not anchors:
+        return {}
+    find = ReEngine(anchors).found_in  # the longest anchor at each place inside another
+    known, lengths = set(anchors), sorted({len(a) for a in anchors})
     closure = {}
-    for anchor in targets:
-        inside = tuple(other for other in targets if other in anchor)
+    for anchor in anchors:
+        found = find(anchor, 0, len(anchor))
+        found |= {f[:n] for f in found for n in lengths if n < len(f) and f[:n] in known}  # and their prefixes
+        inside = tuple(sorted(found))
         if len(inside) > 1:
             closure[anchor] = inside
     return closure
