@@ -259,7 +259,7 @@ class HyperscanEngine:
 
     name = "hyperscan"
     FIRST_WINDOW = 16 * 1024
-    LARGEST_WINDOW = 4 * 1024 * 1024
+    LARGEST_WINDOW = 1024 * 1024
 
     def __init__(self, anchors: list[bytes]):
         import hyperscan
@@ -278,7 +278,7 @@ class HyperscanEngine:
         self._hits: list[tuple[int, int]] = []  # (start, anchor id) in the window, by start
         self._starts: list[int] = []
 
-    def _scan(self, data: bytes, offset: int) -> list[tuple[int, int]]:
+    def _scan(self, data: bytes | memoryview, offset: int) -> list[tuple[int, int]]:
         hits: list[tuple[int, int]] = []
         lengths = self.lengths
 
@@ -292,7 +292,7 @@ class HyperscanEngine:
     def _index(self, buffer: bytes, start: int, end: int) -> None:
         window_end = min(end, start + self._size)
         # overlap by the longest anchor so one cut by the window's end is still seen whole
-        hits = self._scan(buffer[start : min(end, window_end + self.longest)], start)
+        hits = self._scan(memoryview(buffer)[start : min(end, window_end + self.longest)], start)  # no copy
         self._buffer, self._window = buffer, (start, window_end)
         self._hits = [h for h in hits if h[0] < window_end]
         self._starts = [h[0] for h in self._hits]
@@ -324,7 +324,7 @@ class HyperscanEngine:
                 if hit_start + lengths[anchor_id] <= end:
                     found.add(anchors[anchor_id])
             return found
-        return {self.anchors[anchor_id] for _, anchor_id in self._scan(buffer[start:end], start)}
+        return {self.anchors[anchor_id] for _, anchor_id in self._scan(memoryview(buffer)[start:end], start)}
 
 
 def make_engine(anchors: list[bytes], prefer: str = "auto") -> ReEngine | HyperscanEngine:
