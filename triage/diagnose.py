@@ -68,6 +68,7 @@ class Diagnoser:
         self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
         self._reads: dict[int, set[str]] = {}  # id(rule) -> the names its require may read
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
+        self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
 
     def add(self, event: Event) -> Finding | None:
         """Take the next event; a problem comes back as a finding rendered with the facts so far."""
@@ -88,8 +89,9 @@ class Diagnoser:
     def _fold(self, run: Run, event: Event) -> None:
         """A finding for sure: the first of its group stays in the run, the others only count
         (and give their requested length), so a million rejections take a few numbers."""
+        self._group_by[event.rule.code] = event.rule.group_by
         key = group_key(run.number, event.rule.code, event.record.source, event.record.process,
-                        event.fields, event.hosted, event.rule.stage)
+                        grouping(event.fields, event.rule.group_by), event.hosted, event.rule.stage)
         if key not in self._folded:
             self._folded[key] = Folded()
             return
@@ -122,7 +124,10 @@ class Diagnoser:
 
     def _run_findings(self, run: Run) -> list[Finding]:
         problems = [e for e in run.problems if meets_requirement(e.rule, {**DEFAULTS, **run.facts, **e.fields})]
-        findings = aggregate([to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded)
+        self._group_by.update((e.rule.code, e.rule.group_by) for e in problems)
+        findings = aggregate(
+            [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by
+        )
         for finding in findings:
             if "requested_p99" in finding.derived:
                 window = finding.fields.get("max_model_len")
@@ -231,14 +236,23 @@ class Folded:
         self.stats.add(event.fields)
 
 
-def aggregate(findings: list[Finding], folded: Mapping[tuple, Folded] | None = None) -> list[Finding]:
+def grouping(fields: Mapping[str, Any], group_by: list[str] | None) -> Mapping[str, Any]:
+    """The fields that tell findings of a rule apart (the rule's group_by; default all)."""
+    return fields if group_by is None else {name: fields.get(name) for name in group_by}
+
+
+def aggregate(
+    findings: list[Finding], folded: Mapping[tuple, Folded] | None = None,
+    group_by: Mapping[str, list[str] | None] | None = None,
+) -> list[Finding]:
     """Request rejections of one rule become one finding with their length distribution;
-    other identical findings (same rule, process and numbers) become one with a count.
+    other identical findings (same rule, process and grouping fields) become one with a count.
     folded: the events Diagnoser counted without keeping them, by group key."""
+    group_by = group_by or {}
     merged: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        key = group_key(finding.run, finding.code, finding.source, finding.process, finding.fields,
-                        finding.hosted, finding.stage)
+        key = group_key(finding.run, finding.code, finding.source, finding.process,
+                        grouping(finding.fields, group_by.get(finding.code)), finding.hosted, finding.stage)
         merged.setdefault(key, []).append(finding)
     folded = folded or {}
     return [_merge(key[0] == "rejections", group, folded.get(key)) for key, group in merged.items()]

@@ -42,7 +42,7 @@ CHECK_NAMES = {
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
-    "versions", "deprecated_by", "require", "attach_to",
+    "versions", "deprecated_by", "require", "attach_to", "group_by",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
@@ -110,6 +110,9 @@ class Rule:
     # kind "check": evaluated over a run's facts, not matched on a line. With attach_to (a
     # stage) its cause and fixes join each finding of that stage instead of making their own.
     attach_to: str | None = None
+    # The fields that tell two findings of this rule apart; None: all of them. [] collapses
+    # every event of the rule in a run and process into one finding with a count (metrics lines).
+    group_by: list[str] | None = None
     counter_facts: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -353,7 +356,20 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
         file=str(path),
         line=line,
         require=_parse_require(where, raw),
+        group_by=_parse_group_by(where, raw, field_types),
     )
+
+
+def _parse_group_by(where: str, raw: dict, field_types: dict[str, str]) -> list[str] | None:
+    if raw.get("group_by") is None:
+        return None
+    names = raw["group_by"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RuleError(f"{where}: group_by must be a list of field names")
+    unknown = [n for n in names if n not in field_types]
+    if unknown:
+        raise RuleError(f"{where}: group_by names '{unknown[0]}', which no pattern captures")
+    return names
 
 
 def _parse_require(where: str, raw: dict) -> Expression | None:
