@@ -93,3 +93,12 @@ def _chunks(name):
     from triage.reader import iter_chunks
 
     return iter_chunks(open(RUNS / name, "rb"))
+
+
+def test_each_fact_keeps_the_line_that_gave_it_its_value(matcher):
+    facts = facts_of(matcher, (RUNS.parent / "gate" / "low-concurrency.log").read_text())
+    assert facts.lines["max_model_len"] == ("log", 2)  # "Using max model len"
+    assert facts.lines["kv_tokens"] == ("log", 7)
+    # the second metrics line (20.5%) re-derives the figure at start without changing it
+    assert (facts["kv_usage_at_start_pct"], facts.lines["kv_usage_at_start_pct"]) == (81.3, ("log", 11))
+    assert (facts["kv_usage_pct"], facts.lines["kv_usage_pct"]) == (20.5, ("log", 12))

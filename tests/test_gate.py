@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from triage import cli
+from triage.facts import Facts
 from triage.gate import Thresholds, concurrency_at_full_length, evaluate, served_window
 from triage.types import Finding
 
@@ -144,6 +145,40 @@ def test_assertions_appear_in_sarif_rules_and_junit_cases(monkeypatch):
     assert "VT801" in ids and "VT803" in ids and "VT802" not in ids  # only the assertions asked for
     junit = CliRunner().invoke(cli.main, [*args, "--format", "junit"]).stdout
     assert 'name="VT803 concurrency-too-low" time="0"/>' in junit  # passed: an empty testcase
+
+
+# --- each finding points at the line that proves it -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("log", "option", "value", "code", "line"),
+    [
+        (HEALTHY, "--min-max-model-len", "65536", "VT802", 4),  # 'Using max model len'; the engine config repeats it
+        (SHORT, "--min-max-model-len", "65536", "VT802", 9),  # auto-fit set the served window
+        (HEALTHY, "--min-concurrency", "7", "VT803", 18),  # vLLM's 'Maximum concurrency' line
+        (LOW, "--min-concurrency", "4", "VT803", 7),
+        (LOW, "--max-kv-usage-at-start", "50", "VT804", 11),  # the first metrics line, not the later one
+        (NEVER, "--min-max-model-len", "8192", "VT802", 1),  # no line states it: the log's start
+    ],
+)
+def test_an_assertion_points_at_the_line_of_the_number_it_judged(gate, log, option, value, code, line):
+    assert gate(log, option, value)[1][code]["line"] == line
+
+
+def test_the_window_points_at_the_auto_fit_line_when_no_fact_line_set_the_served_window():
+    facts = Facts({"max_model_len": 131072, "concurrency_tokens": 61440})
+    facts.lines = {"max_model_len": ("s.log", 4), "concurrency_tokens": ("s.log", 11)}
+    [short] = evaluate("s.log", facts, [_auto_fit(9)], Thresholds(min_max_model_len=65536))
+    assert short.line == 9
+    [short] = evaluate("s.log", facts, [], Thresholds(min_max_model_len=65536))
+    assert short.line == 11  # the 'Maximum concurrency for 61,440 tokens' line
+
+
+def test_concurrency_worked_out_from_the_cache_points_at_the_cache_size_line():
+    facts = Facts({"max_model_len": 32768, "kv_tokens": 40960})
+    facts.lines = {"max_model_len": ("s.log", 3), "kv_tokens": ("s.log", 12)}
+    [low] = evaluate("s.log", facts, [], Thresholds(min_concurrency=2))
+    assert (low.fields["concurrency"], low.line) == (1.25, 12)
 
 
 # --- the arithmetic, without a log ----------------------------------------------------

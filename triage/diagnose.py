@@ -120,7 +120,7 @@ class Diagnoser:
         runs = [run for run in self.splitter.runs if run.problems or run.facts]
         for run in runs:
             findings.extend(self._run_findings(run))
-        return Diagnosis(findings, dict(runs[-1].facts) if runs else {}, runs)
+        return Diagnosis(findings, runs[-1].facts.copy() if runs else {}, runs)  # copy(): with the facts' lines
 
     def _run_findings(self, run: Run) -> list[Finding]:
         problems = [e for e in run.problems if meets_requirement(e.rule, {**DEFAULTS, **run.facts, **e.fields})]

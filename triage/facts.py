@@ -33,19 +33,44 @@ RUN_MARKERS = {"server-version": 0, "non-default-args": 1, "engine-config": 2}
 PID = regex.compile(r"\s*\bpid=\d+,?")
 
 
+class Facts(dict):
+    """A run's facts by name, and where each got the value it holds: `lines[name]` is
+    (source, line). A later line that repeats the value does not move it, so the first
+    metrics line stays the one that set kv_usage_at_start_pct. `gate` points its findings
+    there. copy() keeps the lines (dict() would drop them)."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lines: dict[str, tuple[str, int]] = {}
+
+    def copy(self) -> Facts:
+        copied = Facts(self)
+        copied.lines = dict(self.lines)
+        return copied
+
+    def set(self, values: Mapping[str, Any], source: str, line: int) -> None:
+        for name, value in values.items():
+            if name not in self or self[name] != value:
+                self.lines[name] = (source, line)
+            self[name] = value
+
+
 @dataclass(slots=True)
 class Run:
     number: int  # 1-based, in order of appearance
-    facts: dict[str, Any] = field(default_factory=dict)
-    fact_events: dict[str, Event] = field(default_factory=dict)  # fact name -> the line that last set it
+    facts: Facts = field(default_factory=Facts)
+    fact_events: dict[str, Event] = field(default_factory=dict)  # fact name -> the line that last printed it
     problems: list[Event] = field(default_factory=list)
     markers: dict[str, set[str | None]] = field(default_factory=dict)  # marker -> processes that printed it
     last_marker_order: int = -1
 
     def add_fact(self, event: Event) -> None:
-        self.facts.update(event.fields)
+        where = (event.record.source, event.record.line)
+        self.facts.set(event.fields, *where)
         derived = derive(event.rule, Names({**DEFAULTS, **self.facts}))
-        self.facts.update(derived)
+        self.facts.set(derived, *where)
         for name in (*event.fields, *derived):
             self.fact_events[name] = event
 

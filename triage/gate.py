@@ -22,7 +22,7 @@ from triage.types import Finding
 
 AUTO_FIT_RULE = "max-model-len-auto-reduced"  # its max_model_len is the window after auto-fit
 FATAL_STAGES = ("startup", "config")  # an error finding here means the engine did not start
-WHOLE_LOG = 1  # facts carry no line; an assertion about the whole log points at its start
+WHOLE_LOG = 1  # an assertion no line proves (the log never states the number) points at the log's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,23 +346,63 @@ COMPUTED = {"shortfall_tokens", "kv_tokens_needed", "window_for_min_concurrency"
 # --- findings ---------------------------------------------------------------------------
 
 
-def evaluate(source: str, facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds) -> list[Finding]:
-    """A finding for each assertion that fails, in code order."""
+def evaluate(
+    source: str, facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds,
+    fact_lines: Mapping[str, tuple[str, int]] | None = None,
+) -> list[Finding]:
+    """A finding for each assertion that fails, in code order, at the line of the number it
+    judged. fact_lines: fact name -> (source, line) that set it; by default the lines the
+    facts carry (facts.Facts)."""
+    if fact_lines is None:
+        fact_lines = getattr(facts, "lines", {})
     failed = []
     for check in checks_run(thresholds):
         numbers = NUMBERS[check.code](facts, findings, thresholds)
         if numbers is not None:
-            failed.append(to_finding(check, source, numbers, evidence_line(check, numbers, findings)))
+            line = evidence_line(check, numbers, facts, fact_lines, findings)
+            failed.append(to_finding(check, source, numbers, line))
     return failed
 
 
-def evidence_line(check: Check, numbers: Mapping[str, Any], findings: list[Finding]) -> int:
-    if check is READY and numbers.get("first_error_line"):
-        return int(numbers["first_error_line"])
-    auto_fit = next((f for f in findings if f.name == AUTO_FIT_RULE), None)
-    if check is WINDOW and auto_fit is not None and numbers.get("served_known"):
-        return auto_fit.line
+def evidence_line(
+    check: Check, numbers: Mapping[str, Any], facts: Mapping[str, Any],
+    fact_lines: Mapping[str, tuple[str, int]], findings: list[Finding],
+) -> int:
+    """The line that states the number the assertion judged; the log's start when none does."""
+    if check is READY:
+        return int(numbers.get("first_error_line") or WHOLE_LOG)
+    if check is WINDOW:
+        return window_line(numbers.get("served_max_model_len"), facts, fact_lines, findings)
+    for name in evidence_facts(check, numbers, facts):
+        if name in fact_lines:
+            return fact_lines[name][1]
     return WHOLE_LOG
+
+
+def window_line(
+    served: int | None, facts: Mapping[str, Any], fact_lines: Mapping[str, tuple[str, int]], findings: list[Finding],
+) -> int:
+    """The line that set max_model_len to the served window (a fact line or the auto-fit
+    line), else the 'Maximum concurrency for N tokens' line that states it."""
+    if not served:
+        return WHOLE_LOG
+    if facts.get("max_model_len") == served and "max_model_len" in fact_lines:
+        return fact_lines["max_model_len"][1]
+    auto_fit = next((f for f in findings if f.name == AUTO_FIT_RULE and f.fields.get("max_model_len") == served), None)
+    if auto_fit is not None:
+        return auto_fit.line
+    if facts.get("concurrency_tokens") == served and "concurrency_tokens" in fact_lines:
+        return fact_lines["concurrency_tokens"][1]
+    return WHOLE_LOG
+
+
+def evidence_facts(check: Check, numbers: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+    """The facts that gave the judged number, the best witness first."""
+    if check is CONCURRENCY and numbers.get("concurrency_known"):
+        return ["concurrency"] if facts.get("concurrency") is not None else ["kv_tokens"]
+    if check is KV_USAGE and numbers.get("usage_known"):
+        return ["kv_usage_at_start_pct"]
+    return []
 
 
 def to_finding(check: Check, source: str, numbers: Mapping[str, Any], line: int) -> Finding:
