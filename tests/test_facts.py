@@ -102,3 +102,29 @@ def test_each_fact_keeps_the_line_that_gave_it_its_value(matcher):
     # the second metrics line (20.5%) re-derives the figure at start without changing it
     assert (facts["kv_usage_at_start_pct"], facts.lines["kv_usage_at_start_pct"]) == (81.3, ("log", 11))
     assert (facts["kv_usage_pct"], facts.lines["kv_usage_pct"]) == (20.5, ("log", 12))
+
+
+def test_a_v1_shortfall_names_the_utilization_that_fits_from_the_gpu_collect_env_names(matcher):
+    # V1 fails before it prints the card's memory; collect-env above the log names an A100 40GB
+    result = diagnose(matcher.scan_text("log", (RUNS / "collect-env-then-v1-kv-shortfall-a100.log").read_text()))
+    [shortfall] = [f for f in result.findings if f.code == "VT201"]
+    assert shortfall.derived["utilization_to_fit"] == 0.89  # 0.8 + (16 - 12.75) GiB / 40 GiB, rounded up
+    assert shortfall.facts["total_gib"] == 40
+    assert shortfall.facts["total_gib_from"] == "GPU table: A100 40GB, 40960 MiB"
+    assert any(fix.startswith("Or raise --gpu-memory-utilization to about 0.89 (now 0.80)") for fix in shortfall.fixes)
+
+
+def test_a_line_that_prints_the_cards_memory_replaces_the_gpu_tables(matcher):
+    memory = ("INFO 05-06 17:39:20 [worker.py:287] the current vLLM instance can use total_gpu_memory (39.39GiB) "
+              "x gpu_memory_utilization (0.85) = 33.48GiB\n")
+    for text in (COLLECT_ENV + memory, memory + COLLECT_ENV):
+        facts = facts_of(matcher, text)
+        assert facts["total_gib"] == 39.39 and "total_gib_from" not in facts
+
+
+def test_the_gpu_table_gives_memory_only_for_one_known_kind_of_card(matcher):
+    assert facts_of(matcher, COLLECT_ENV)["total_gib"] == 79.65  # H100 80GB: 81559 MiB
+    mixed = COLLECT_ENV.replace("GPU 1: NVIDIA H100 80GB HBM3", "GPU 1: NVIDIA L4")
+    assert "total_gib" not in facts_of(matcher, mixed)
+    unknown = COLLECT_ENV.replace("H100 80GB HBM3", "B200")
+    assert "total_gib" not in facts_of(matcher, unknown)

@@ -22,6 +22,7 @@ from typing import Any
 
 import regex
 
+from triage import gpus
 from triage.expr import Missing
 from triage.kvcache import DEFAULT_BLOCK_SIZE
 from triage.ruleset import Rule
@@ -31,6 +32,9 @@ DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
 # Rule names of the startup markers, in the order one startup prints them.
 RUN_MARKERS = {"server-version": 0, "non-default-args": 1, "engine-config": 2}
 PID = regex.compile(r"\s*\bpid=\d+,?")
+# Set with total_gib when the GPU table gave it (the log named the card, not its memory);
+# a line that prints the card's memory replaces both.
+TOTAL_FROM = "total_gib_from"
 
 
 class Facts(dict):
@@ -56,6 +60,11 @@ class Facts(dict):
                 self.lines[name] = (source, line)
             self[name] = value
 
+    def drop(self, *names: str) -> None:
+        for name in names:
+            self.pop(name, None)
+            self.lines.pop(name, None)
+
 
 @dataclass(slots=True)
 class Run:
@@ -65,14 +74,32 @@ class Run:
     problems: list[Event] = field(default_factory=list)
     markers: dict[str, set[str | None]] = field(default_factory=dict)  # marker -> processes that printed it
     last_marker_order: int = -1
+    gpu_names: set[str] = field(default_factory=set)  # the cards `vllm collect-env` listed
 
     def add_fact(self, event: Event) -> None:
         where = (event.record.source, event.record.line)
+        if "total_gib" in event.fields:
+            self.facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
         self.facts.set(event.fields, *where)
         derived = derive(event.rule, Names({**DEFAULTS, **self.facts}))
         self.facts.set(derived, *where)
         for name in (*event.fields, *derived):
             self.fact_events[name] = event
+        if "gpu_name" in event.fields:
+            self.gpu_names.add(event.fields["gpu_name"])
+            self._total_from_gpu_table(*where)
+
+    def _total_from_gpu_table(self, source: str, line: int) -> None:
+        """V1 fails before it prints the card's memory; the GPU the log names gives it, so the
+        utilization that would fit can still be worked out. Only for one kind of card."""
+        if "total_gib" in self.facts and TOTAL_FROM not in self.facts:
+            return  # a line printed it
+        gpu = known_gpu(self.gpu_names)
+        if gpu is None:
+            self.facts.drop("total_gib", TOTAL_FROM)
+            return
+        total = {"total_gib": round(gpu.memory_mib / 1024, 2), TOTAL_FROM: f"GPU table: {gpu.name}, {gpu.memory_mib} MiB"}
+        self.facts.set(total, source, line)
 
 
 class RunSplitter:
@@ -107,6 +134,16 @@ class RunSplitter:
         if marker < run.last_marker_order:
             return True
         return process_name(event.record.process) in run.markers.get(event.rule.name, ())
+
+
+def known_gpu(names: set[str]) -> gpus.Gpu | None:
+    """The table's entry when every listed card is the same known GPU."""
+    if len(names) != 1:
+        return None
+    try:
+        return gpus.find(next(iter(names)))
+    except gpus.UnknownGpu:
+        return None
 
 
 def process_name(process: str | None) -> str | None:

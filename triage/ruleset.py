@@ -30,6 +30,9 @@ FIELD_TYPES = {
 DECLARED_TYPES = {"int", "float", "gib", "str", "flag"}
 MACRO = regex.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES) + r")\}")
 
+# Facts the diagnosis sets from its own tables (facts.py): where total_gib came from when
+# the log names the GPU but not its memory.
+TABLE_FACTS = {"total_gib_from"}
 # Names the diagnosis provides to every template besides the rule's own fields.
 PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note"}
 # Names the diagnosis provides to `kind: check` rules: the run's request rejections in figures.
@@ -132,7 +135,7 @@ class RuleSet:
     def fact_names(self) -> set[str]:
         # A fact rule's derived numbers are facts too (a later line may keep the first value
         # with first(name, field), e.g. the KV usage of the first metrics line).
-        return {name for rule in self.rules if rule.kind == "fact" for name in (*rule.field_types, *rule.derived)}
+        return {name for rule in self.rules if rule.kind == "fact" for name in (*rule.field_types, *rule.derived)} | TABLE_FACTS
 
 
 # --- YAML with line numbers -------------------------------------------------------
