@@ -18,7 +18,6 @@ from triage.live import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, wi
 from triage.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
 from triage.redact import redact_result
 from triage.report import ScanResult, format_names, render, summary_line
-from triage.report.text import render_finding
 from triage.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.types import SEVERITIES, Finding, severity_rank
 
@@ -115,6 +114,8 @@ def input_chunks(name: str, stream: BinaryIO, tee_to: BinaryIO | None, progress:
 
 def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
     """Print one finding as soon as it is found (plain text, flushed): live streams."""
+
+    from triage.report.text import render_finding  # rich: imported only for live output
 
     def print_finding(finding: Finding) -> None:
         if redact:
