@@ -2,6 +2,7 @@
 
 import array
 import fcntl
+import os
 import signal
 import subprocess
 import sys
@@ -92,3 +93,42 @@ def test_ctrl_c_before_anything_was_found_still_prints_a_summary():
     assert code == 130
     assert stdout.strip() == "no findings in 1 input"
     assert "Traceback" not in stderr
+
+
+# --- every command, not only scan -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+GATE_FAILS = ["gate", "fixtures/gate/short-window.log", "--min-max-model-len", "65536", "--format", "json"]
+COMMANDS = [  # (arguments, the exit code the command has when its output is read)
+    (GATE_FAILS, 1),
+    (["gate", "fixtures/gate/healthy.log", "--require-ready"], 0),
+    (["plan", "fixtures/models/llama-3.1-8b-instruct", "--gpu", "H100", "--format", "json"], 0),
+    (["budget", "--max-model-len", "8192", "--prompt-tokens", "9000"], 0),
+    (["rules", "list"], 0),
+    (["rules", "show", "VT201"], 0),
+    (["rules", "test", "fixtures"], 0),
+    (["explain"], 0),
+    (["explain", "kv-cache", "--format", "json"], 0),
+]
+
+
+def run_into_closed_pipe(args: list[str]) -> tuple[int, bytes]:
+    """The command with its stdout a pipe whose reader is gone before it writes anything
+    (`| head -1` that has its line: a reader that leaves while a big report is written in one
+    write goes unnoticed by Python, a later write or the flush at exit does not)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run([sys.executable, "-m", "triage", *args], stdout=write_end, stderr=subprocess.PIPE,
+                             cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    return run.returncode, run.stderr
+
+
+@pytest.mark.parametrize(("args", "code"), COMMANDS, ids=[" ".join(a[:2]) for a, _ in COMMANDS])
+def test_every_command_ends_quietly_with_its_own_exit_code_when_the_reader_is_gone(args, code):
+    read = subprocess.run([sys.executable, "-m", "triage", *args], capture_output=True, cwd=ROOT, timeout=120)
+    assert read.returncode == code and read.stdout  # the same command, read to the end
+    assert run_into_closed_pipe(args) == (code, b"")  # no traceback, no "Exception ignored", not 141
+

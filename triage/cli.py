@@ -6,7 +6,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -191,17 +191,57 @@ def exit_code(result: ScanResult, fail_on: str, had_input_error: bool) -> int:
 
 
 class TriageGroup(click.Group):
-    """Ends quietly when the reader of stdout goes away (`| head`) and on Ctrl-C."""
+    """Ends quietly when the reader of stdout goes away (`| head`) and on Ctrl-C.
+
+    Every command writes through QuietStdout, so a closed pipe drops the rest of the output
+    and the command still runs to its end: its exit code (a gate's verdict, a rules test's
+    outcome) is the one it would have had."""
 
     def invoke(self, ctx: click.Context) -> None:
+        original = sys.stdout
+        if original is not None:
+            sys.stdout = QuietStdout(original)
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:
+        except BrokenPipeError:  # a write that did not go through sys.stdout
             silence_stdout()
             ctx.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
             click.echo("vllm-triage: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        finally:
+            if original is not None:
+                sys.stdout.flush()  # still quiet: what is buffered may meet the closed pipe
+                sys.stdout = original
+
+
+class QuietStdout:
+    """stdout (text, or its .buffer) whose write or flush on a closed pipe points stdout at
+    /dev/null instead of raising BrokenPipeError."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError:
+            silence_stdout()
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            silence_stdout()
+            self._stream.flush()  # what was buffered now goes to /dev/null
+
+    @property
+    def buffer(self) -> QuietStdout:
+        return QuietStdout(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def silence_stdout() -> None:
@@ -209,6 +249,7 @@ def silence_stdout() -> None:
     (the recipe in Python's documentation of SIGPIPE)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 @click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
