@@ -17,7 +17,10 @@ MESSAGE = (
     "This model's maximum context length is 8192 tokens. However, you requested 9100 tokens "
     "(8100 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
 )
-SECRETS = ["alice.smith@example.com", "sk-proj-A1b2C3d4E5f6G7h8I9j0KLmn", "10.20.30.40", "hf_AbCdEfGhIjKlMnOpQrStUv"]
+SECRETS = [
+    "alice.smith@example.com", "sk-proj-A1b2C3d4E5f6G7h8I9j0KLmn", "10.20.30.40", "hf_AbCdEfGhIjKlMnOpQrStUv",
+    "2001:db8:4a1c::17",
+]
 LOG = (
     # vLLM's request log quotes the whole prompt, here one that quotes an error message
     "INFO 03-02 09:14:05 logger.py:37] Received request chat-1a2b: prompt: '<|user|>\\n"
@@ -26,7 +29,7 @@ LOG = (
     "params: SamplingParams(max_tokens=1000), prompt_token_ids: [128000, 882], lora_request: None.\n"
     # a gateway line that puts user data and vLLM's error on one line
     f"(APIServer pid=77, ip={SECRETS[2]}) ERROR 03-02 09:14:11 gateway.py:90] user {SECRETS[0]} "
-    f"key={SECRETS[1]} token {SECRETS[3]} prompt={PROMPT_WORDS!r} upstream said: {MESSAGE}\n"
+    f"key={SECRETS[1]} token {SECRETS[3]} peer=[{SECRETS[4]}]:443 prompt={PROMPT_WORDS!r} upstream said: {MESSAGE}\n"
 )
 
 
@@ -110,6 +113,12 @@ def test_the_excerpt_is_the_matched_message_capped_in_length(tmp_path):
         ("contact alice.smith+vllm@example.co.uk today", "alice.smith+vllm@example.co.uk"),
         ('INFO:     192.168.1.20:51234 - "POST /v1/completions HTTP/1.1" 400', "192.168.1.20"),
         ("(RayWorkerWrapper pid=5, ip=10.0.0.7) ERROR", "10.0.0.7"),
+        ('INFO:     [2001:db8:85a3::8a2e:370:7334]:51234 - "POST /v1/chat/completions HTTP/1.1" 400',
+         "2001:db8:85a3::8a2e:370:7334"),
+        ("peer 2001:0db8:0000:0000:0000:ff00:0042:8329 closed", "2001:0db8:0000:0000:0000:ff00:0042:8329"),
+        ("(RayWorkerWrapper pid=5, ip=fe80::1ff:fe23:4567:890a%eth0) ERROR", "fe80::1ff:fe23:4567:890a"),
+        ("Uvicorn running on http://[::1]:8000 (Press CTRL+C to quit)", "::1"),
+        ("client ::ffff:10.0.0.7 sent", "10.0.0.7"),
     ],
 )
 def test_redact_masks_what_looks_like_a_secret(text, secret):
@@ -125,6 +134,10 @@ def test_redact_masks_what_looks_like_a_secret(text, secret):
         "vLLM API server version 0.6.4.post1 at 09:14:11, max_model_len 131072",
         "tokenizer='meta-llama/Llama-3.1-8B-Instruct' kv_cache_dtype=auto",
         "'max_tokens' or 'max_completion_tokens' is too large: 8192.",
+        # what looks a little like IPv6: times, file:line tags, versions, hex ids, MACs, C++ names
+        "(EngineCore_DP0 pid=3117) ERROR 07-21 09:12:40 [core.py:700] at 2025-07-21T09:12:40.123Z",
+        "time 23:59:59.999 ratio 1:2:3 vLLM 0.11.0 (v0.10.1.1) request cmpl-3f2a9c8d1e0b4a7f9c2d5e6f7a8b9c0d",
+        "mac 00:1a:2b:3c:4d:5e std::vector<int> add::beef listening on [::]:8000",
     ],
 )
 def test_redact_leaves_vllm_numbers_and_words_alone(text):

@@ -9,6 +9,7 @@ handed to a formatter, so every format gets the same masking.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from typing import Any
 
 import regex
@@ -48,12 +49,32 @@ SECRETS = [
     ),
     # e-mail addresses
     (regex.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"), MASK),
+    # IPv6 addresses, full or compressed, with a zone, in brackets (the port stays); before
+    # IPv4 so an embedded ::ffff:10.0.0.1 goes whole. What looks like one is masked only if it
+    # parses (a timestamp 10:15:03 does not) and holds a digit (no word like "add::").
+    (
+        regex.compile(
+            r"(?<![\w:.])(?P<open>\[)?(?P<address>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?"
+            r"(?:%[\w.-]+)?)(?(open)\]|(?![\w:])(?!\.\d))"
+        ),
+        lambda match: MASK if is_ipv6(match["address"]) else match[0],
+    ),
     # IPv4 addresses (access lines, Ray's ip= tags)
     (
         regex.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"),
         MASK,
     ),
 ]
+
+
+def is_ipv6(text: str) -> bool:
+    if not any(c.isdigit() for c in text):
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def redact(text: str) -> str:
