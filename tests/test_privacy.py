@@ -138,6 +138,9 @@ def test_redact_masks_what_looks_like_a_secret(text, secret):
         "(EngineCore_DP0 pid=3117) ERROR 07-21 09:12:40 [core.py:700] at 2025-07-21T09:12:40.123Z",
         "time 23:59:59.999 ratio 1:2:3 vLLM 0.11.0 (v0.10.1.1) request cmpl-3f2a9c8d1e0b4a7f9c2d5e6f7a8b9c0d",
         "mac 00:1a:2b:3c:4d:5e std::vector<int> add::beef listening on [::]:8000",
+        # a four-part vLLM version is not an IPv4 address
+        "vLLM API server version 0.10.1.1",
+        "vLLM Version                 : 0.10.1.1",
     ],
 )
 def test_redact_leaves_vllm_numbers_and_words_alone(text):

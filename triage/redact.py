@@ -59,9 +59,9 @@ SECRETS = [
         ),
         lambda match: MASK if is_ipv6(match["address"]) else match[0],
     ),
-    # IPv4 addresses (access lines, Ray's ip= tags)
+    # IPv4 addresses (access lines, Ray's ip= tags); not a four-part version like 0.10.1.1
     (
-        regex.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"),
+        regex.compile(r"(?<![\w.])(?<!(?i:version)\s*:?\s*)(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"),
         MASK,
     ),
 ]
