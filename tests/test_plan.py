@@ -255,6 +255,10 @@ def test_gpu_names_are_forgiving_and_unknown_ones_listed():
     assert gpus.find("NVIDIA H100 80GB HBM3").name == "H100 80GB"
     assert gpus.find("a100-40gb").name == "A100 40GB"
     assert gpus.find("rtx4090").name == "RTX 4090"
+    # as vllm collect-env and nvidia-smi / rocm-smi print them
+    assert gpus.find("NVIDIA A100 80GB PCIe").name == "A100 80GB"
+    assert gpus.find("NVIDIA A100-SXM4-40GB").name == "A100 40GB"
+    assert gpus.find("AMD Instinct MI300X").name == "MI300X"
     assert gpus.find("MI300x").memory_bytes == 196288 * MIB
     with pytest.raises(gpus.UnknownGpu) as info:
         gpus.find("TPU v5")

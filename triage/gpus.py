@@ -45,9 +45,14 @@ class UnknownGpu(ValueError):
     pass
 
 
+# Vendor, product-line and form-factor words that collect-env and nvidia-smi add to a name
+# ("NVIDIA A100 80GB PCIe", "AMD Instinct MI300X", "NVIDIA H100 80GB HBM3").
+NOISE_WORDS = re.compile(r"\b(?:nvidia|amd|instinct|geforce|tesla|pcie|sxm\d?|hbm\d?e?)\b")
+
+
 def _key(name: str) -> str:
-    text = name.lower().replace("nvidia", "").replace("-", " ").replace("_", " ")
-    return re.sub(r"\s+", "", text)
+    text = name.lower().replace("-", " ").replace("_", " ")
+    return re.sub(r"\s+", "", NOISE_WORDS.sub(" ", text))
 
 
 _BY_KEY = {_key(alias): gpu for gpu in GPUS for alias in (gpu.name, *gpu.aliases)}
