@@ -57,10 +57,12 @@ class ScanInterrupted(KeyboardInterrupt):
 def scan_paths(
     paths: list[str], matcher: Matcher, keep_text: bool = False, on_finding: Callable[[Finding], None] | None = None,
     follow: bool = False, tee_to: BinaryIO | None = None, progress: bool = False, standalone_checks: bool = True,
+    jobs: int = 1,
 ) -> ScanResult:
     """on_finding: called with each finding as soon as its line is read (live streams);
     follow: read the one path like tail -f; tee_to: pass the input through unchanged;
-    standalone_checks: run the capacity checks that make findings of their own."""
+    standalone_checks: run the capacity checks that make findings of their own;
+    jobs: processes for a plain file on disk (the events come in line order all the same)."""
     findings, inputs, errors, skipped = [], [], [], []
     facts = {}
     interrupted = False
@@ -80,7 +82,14 @@ def scan_paths(
                 skipped.append(name)
                 continue
             inputs.append(name)
-            for event in matcher.scan(name, input_chunks(name, stream, tee_to, progress)):
+            events = None
+            if jobs > 1 and not follow and tee_to is None and path != "-":
+                from triage.jobs import can_split, scan_split  # multiprocessing: imported only when asked
+
+                events = scan_split(matcher, path, jobs) if can_split(path) else None
+            if events is None:
+                events = matcher.scan(name, input_chunks(name, stream, tee_to, progress))
+            for event in events:
                 finding = diagnoser.add(event)
                 if finding is not None and on_finding is not None:
                     on_finding(finding)
@@ -282,10 +291,14 @@ def main() -> None:
     help="Print each finding as soon as its line is read, then the whole report at the end "
     "(default: on for --follow, --tee and a pipe on stdin, with text output).",
 )
+@click.option(
+    "--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Scan each file with N processes (a plain file on disk; pipes and .gz are read by one).",
+)
 def scan(
     paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tuple[str, ...], output: str | None,
     show_text: bool, redact: bool, selected: tuple[str, ...], ignored: tuple[str, ...], follow: bool = False,
-    tee_log: bool = False, live: bool | None = None,
+    tee_log: bool = False, live: bool | None = None, jobs: int = 1,
 ) -> None:
     """Scan vLLM logs, tracebacks or client errors (files, .gz, or - for stdin)."""
     ruleset = load_ruleset(rule_paths)
@@ -308,7 +321,7 @@ def scan(
     try:
         result = scan_paths(
             inputs, Matcher(ruleset, chosen, live=live), keep_text=show_text, on_finding=print_finding, follow=follow,
-            tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(),
+            tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(), jobs=jobs,
         )
     except ScanInterrupted as stop:
         result, interrupted = stop.result, True
