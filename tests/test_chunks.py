@@ -1,6 +1,7 @@
 """Chunk boundaries: whatever the chunk size, a message is found once, on the right line."""
 
 import io
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -62,6 +63,7 @@ def test_line_numbers_count_newlines_only(matcher):
         assert [e.record.line for e in scan(matcher, data, chunk_size)] == [9]
 
 
+ROOT_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LIVE_ERROR = (
     "ERROR 05-01 11:29:41 [serving_chat.py:222] This model's maximum context length is 8192 tokens. "
     "However, your request has 9001 input tokens. Please reduce the length of the input messages.\n"
@@ -97,3 +99,14 @@ def test_without_live_the_newest_line_waits_for_the_next_chunk(ruleset):
     events = Matcher(ruleset).scan("pipe", _reads(lines, asked))
     next(e for e in events if e.rule.kind != "fact")
     assert asked == [1, 2, 3]
+
+
+def test_live_and_not_live_find_the_same_events(ruleset):
+    """Live only reports earlier; what it reports is what a scan of the whole file finds."""
+    data = b"".join(path.read_bytes() for path in sorted(ROOT_FIXTURES.glob("*.log")))
+    lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+
+    def events(live):
+        found = Matcher(ruleset, live=live).scan("f", _reads(lines, []))
+        return sorted((e.rule.code, e.record.line, e.record.end_line, e.pattern_id) for e in found)
+    assert events(True) == events(False) and events(False)

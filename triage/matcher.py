@@ -195,9 +195,12 @@ class Matcher:
         targets = [t for t in self._targets_in(buffer, line_start, line_end) if t.rule.code not in reported]
         if targets and reported:  # the line alone was matched already: only its continuation is new
             lines = _Lines(buffer, line_start, line_end, line_no)
-            events = self._match_wrapped(source, lines, targets, cursor)
-            self._mark_hosted(events, lines)
-            yield from events
+            if lines.next_may_continue():  # as _match_line does after a match on the line alone
+                text = lines.parts(0).text
+                rest = [t for t in targets if self._cut_short(t, text)]
+                events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
+                self._mark_hosted(events, lines)
+                yield from events
         elif targets:
             yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), targets, cursor)
 
