@@ -108,5 +108,5 @@ def test_live_and_not_live_find_the_same_events(ruleset):
 
     def events(live):
         found = Matcher(ruleset, live=live).scan("f", _reads(lines, []))
-        return sorted((e.rule.code, e.record.line, e.record.end_line, e.pattern_id) for e in found)
+        return sorted((e.rule.code, e.record.line, e.record.end_line, e.pattern_id, e.hosted) for e in found)
     assert events(True) == events(False) and events(False)
