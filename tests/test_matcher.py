@@ -119,3 +119,11 @@ def test_a_message_wrapped_anywhere_in_its_middle_is_still_found(matcher, make):
         if code not in codes(matcher.scan_text("wrapped.log", log)):
             missed.append(cut)
     assert missed == []
+
+
+def test_built_in_patterns_compiled_on_first_use_have_the_regex_fields(ruleset):
+    import regex
+
+    for rule in ruleset.rules:
+        for pattern in rule.patterns:
+            assert pattern.fields == list(regex.compile(pattern.compiled.pattern).groupindex), (rule.code, pattern.id)

@@ -311,7 +311,7 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
     if not isinstance(entries, list) or not entries:
         raise RuleError(f"{path}:{document.line}: 'rules' must be a non-empty list")
     default_stage = document.get("stage")
-    rules = [_parse_rule(path, entry, default_stage) for entry in entries]
+    rules = [_parse_rule(path, entry, default_stage, lazy=builtin) for entry in entries]
     return (
         rules,
         _string_list(path, document, "skip_markers"),
@@ -319,7 +319,7 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
     )
 
 
-def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
+def _parse_rule(path: Path, raw: Any, default_stage: str | None, lazy: bool = False) -> Rule:
     if not isinstance(raw, dict):
         raise RuleError(f"{path}:0: each rule is a mapping")
     line = getattr(raw, "line", 0)
@@ -349,7 +349,7 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None) -> Rule:
     keywords = _string_list(path, raw, "keywords")
     if not keywords:
         raise RuleError(f"{where}: 'keywords' must list at least one literal text")
-    patterns = [_parse_pattern(where, i, p) for i, p in enumerate(_list(where, raw, "patterns"))]
+    patterns = [_parse_pattern(where, i, p, lazy) for i, p in enumerate(_list(where, raw, "patterns"))]
     if not patterns:
         raise RuleError(f"{where}: 'patterns' must hold at least one pattern")
     field_types = _field_types(where, raw, patterns)
@@ -402,7 +402,8 @@ def _parse_require(where: str, raw: dict) -> Expression | None:
         raise RuleError(f"{where}: require: {exc}") from None
 
 
-def _parse_pattern(where: str, index: int, raw: Any) -> Pattern:
+def _parse_pattern(where: str, index: int, raw: Any, lazy: bool = False) -> Pattern:
+    """lazy: a built-in pattern (tested to compile) is compiled when a line first needs it."""
     if isinstance(raw, str):
         raw = {"regex": raw}
     if not isinstance(raw, dict) or "regex" not in raw:
@@ -417,18 +418,45 @@ def _parse_pattern(where: str, index: int, raw: Any) -> Pattern:
         raise RuleError(f"{label}: refused: longer than {MAX_REGEX_LENGTH:,} characters")
     if repetition_load(expanded) > MAX_REPETITION:
         raise RuleError(f"{label}: refused: counted repeats multiply past {MAX_REPETITION:,} (like (a{{100}}){{1000}})")
-    try:
-        compiled = regex.compile(expanded)
-    except (regex.error, RecursionError, OverflowError) as exc:
-        raise RuleError(f"{label} does not compile: {exc}") from None
+    if lazy:
+        compiled: Any = LazyRegex(expanded)
+        fields = list(dict.fromkeys(GROUP_NAME.findall(expanded)))
+    else:
+        try:
+            compiled = regex.compile(expanded)
+        except (regex.error, RecursionError, OverflowError) as exc:
+            raise RuleError(f"{label} does not compile: {exc}") from None
+        fields = list(compiled.groupindex)
     return Pattern(
         id=str(raw.get("id", index + 1)),
         compiled=compiled,
-        fields=list(compiled.groupindex),
+        fields=fields,
         types={m["name"]: m["type"] for m in MACRO.finditer(source)},
         versions=raw.get("versions"),
         hosted=bool(raw.get("hosted", False)),
     )
+
+
+GROUP_NAME = regex.compile(r"\(\?P?<([A-Za-z_]\w*)>")  # a named group: (?P<name>...) or (?<name>...)
+
+
+class LazyRegex:
+    """A compiled regex made on first use: most built-in patterns meet no candidate line in a
+    scan, and compiling all of them was a fifth of the start-up."""
+
+    __slots__ = ("pattern", "_compiled")
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+        self._compiled: Any = None
+
+    def __getattr__(self, name: str) -> Any:  # search, match, groupindex ...: the compiled regex's
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern)
+        return getattr(self._compiled, name)
+
+    def __repr__(self) -> str:
+        return f"LazyRegex({self.pattern!r})"
 
 
 # regex expands an exact count ({m}) when it compiles, before any timeout applies:
