@@ -181,7 +181,7 @@ def meets_requirement(rule: Rule, values: Mapping[str, Any]) -> bool:
     lacks a value does not hold, so a partial line never becomes a finding."""
     if rule.require is None:
         return True
-    names = Names(values)
+    names = dict(values)  # a plain dict: nothing here cites the names read, and its get() is C
     names.update(derive(rule, names))
     return holds(rule, names)
 

@@ -81,7 +81,7 @@ class Run:
         if "total_gib" in event.fields:
             self.facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
         self.facts.set(event.fields, *where)
-        derived = derive(event.rule, Names({**DEFAULTS, **self.facts}))
+        derived = derive(event.rule, {**DEFAULTS, **self.facts}) if event.rule.derived else {}
         self.facts.set(derived, *where)
         for name in (*event.fields, *derived):
             self.fact_events[name] = event
@@ -151,7 +151,7 @@ def process_name(process: str | None) -> str | None:
     return PID.sub("", process).strip() if process else None
 
 
-def derive(rule: Rule, names: Names) -> dict[str, Any]:
+def derive(rule: Rule, names: dict[str, Any]) -> dict[str, Any]:
     """Evaluate the rule's derived numbers in order; one that lacks an input is left out."""
     derived: dict[str, Any] = {}
     for name, expression in rule.derived.items():
