@@ -284,9 +284,10 @@ class Matcher:
         """At most one event per rule: its first pattern (in file order) that matches."""
         events: list[Event] = []
         matched_rules: set[int] = set()
+        disabled = self.disabled_patterns
         for target in targets:
             rule, pattern = target.rule, target.pattern
-            if target.rule_index in matched_rules or (rule.code, pattern.id) in self.disabled_patterns:
+            if target.rule_index in matched_rules or (disabled and (rule.code, pattern.id) in disabled):
                 continue
             try:
                 match = pattern.compiled.search(text, timeout=MATCH_TIMEOUT)
@@ -315,15 +316,17 @@ class Matcher:
 
 def typed_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
+    types = rule.field_types
     for name, value in groups.items():
-        kind = rule.field_types.get(name, "str")
+        kind = types.get(name, "str")
         if kind == "flag":
             fields[name] = bool(value)
         elif value is not None:
-            fields[name] = convert(kind, value)
-    for name, kind in rule.field_types.items():
-        if kind == "flag":  # a flag another pattern of the rule captures is simply off here
-            fields.setdefault(name, False)
+            fields[name] = value if kind == "str" else convert(kind, value)
+    if "flag" in types.values():
+        for name, kind in types.items():
+            if kind == "flag":  # a flag another pattern of the rule captures is simply off here
+                fields.setdefault(name, False)
     return fields
 
 
