@@ -32,8 +32,7 @@ from triage.kvcache import GIB, bytes_for_tokens, round_up
 from triage.ruleset import Rule, Step
 from triage.types import Event, Finding
 
-_Names = Names  # the name other modules import
-__all__ = ["DEFAULTS", "Diagnoser", "Diagnosis", "derive", "diagnose", "meets_requirement", "render_steps"]
+__all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
 
 HOSTED_NOTE = (
     "This error came from a hosted API that uses the same wording as vLLM, not from a vLLM "
@@ -298,11 +297,7 @@ def requested_length(fields: Mapping[str, Any]) -> int | None:
 def percentile(values: Sequence[int], percent: float) -> int:
     """Nearest-rank percentile: the smallest value with at least `percent`% of the values at
     or below it, i.e. sorted(values)[ceil(percent / 100 * n) - 1] (the minimum for 0)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(percent / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return counted_percentile(Counter(values), percent)
 
 
 def rejection_figures(rejections: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -355,7 +350,7 @@ class RejectionStats:
 
 
 def counted_percentile(counts: Mapping[int, int], percent: float) -> int:
-    """percentile() over values given as value -> how many times."""
+    """percentile() over values given as value -> how many times (what RejectionStats keeps)."""
     total = sum(counts.values())
     if not total:
         raise ValueError("percentile of no values")

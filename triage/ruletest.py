@@ -24,8 +24,8 @@ from typing import Any
 
 import regex
 
-from triage.diagnose import DEFAULTS, derive, meets_requirement
-from triage.diagnose import _Names as Names
+from triage.diagnose import meets_requirement
+from triage.facts import DEFAULTS, Names, derive
 from triage.matcher import Matcher
 from triage.reader import iter_chunks
 from triage.ruleset import Example, Rule, RuleSet
