@@ -25,8 +25,6 @@ from triage.modelconfig import FULL, MLA, SLIDING, STATE_KINDS, ModelConfig
 DEFAULT_OVERHEAD_BYTES = 2 * GIB
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default for the OpenAI server on a GPU (the engine class says 128)
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-DTYPES = ("auto", "bfloat16", "float16", "float32")
 NO_MEMORY_MESSAGE = (
     "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
     "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "

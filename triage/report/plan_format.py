@@ -17,7 +17,6 @@ from triage import __version__
 from triage.kvcache import GIB
 from triage.plan import BudgetResult, PlanResult, Scenario
 
-FORMATS = ("text", "rich", "json")
 SCHEMA_VERSION = 1
 KIND_NAMES = {
     "full": "full attention", "sliding": "sliding window", "mla": "MLA",
