@@ -110,3 +110,32 @@ def test_live_and_not_live_find_the_same_events(ruleset):
         found = Matcher(ruleset, live=live).scan("f", _reads(lines, []))
         return sorted((e.rule.code, e.record.line, e.record.end_line, e.pattern_id, e.hosted) for e in found)
     assert events(True) == events(False) and events(False)
+
+
+# Lines a request-logging server interleaves: a prompt line longer than any wrapped message
+# (quoting the error, a decoy), a hosted API's error, a message wrapped over two lines.
+PROMPT_LINE = (
+    b"INFO 01-02 03:04:05 [logger.py:39] Received request chatcmpl-1: prompt: '"
+    + b"please summarise the report " * 700 + MESSAGE + b"', params: SamplingParams(max_tokens=64)\n"
+)
+WRAPPED = MESSAGE[:150] + b"\n" + MESSAGE[150:] + b"\n"
+HOSTED = (
+    b"openai.BadRequestError: Error code: 400 - {'error': {'message': \"This model's maximum context "
+    b"length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length "
+    b"of the messages.\", 'type': 'invalid_request_error', 'param': 'messages', 'code': "
+    b"'context_length_exceeded'}}\n"
+)
+PIECES = [NOISE, PROMPT_LINE, b"ERROR 01-02 03:04:06 [core.py:700] " + MESSAGE + b"\n", WRAPPED, HOSTED]
+
+
+def every_event(matcher, data, chunk_size):
+    chunks = iter_chunks(io.BytesIO(data), chunk_size=chunk_size)
+    return [(e.rule.code, e.record.line, e.record.end_line, e.hosted, e.fields) for e in matcher.scan("x.log", chunks)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(order=st.lists(st.integers(0, len(PIECES) - 1), min_size=1, max_size=14), chunk_size=st.integers(40, 40_000))
+def test_any_chunk_size_finds_what_one_chunk_finds_next_to_long_prompt_lines(matcher, order, chunk_size):
+    """Near a seam only a clip of a long neighbour is kept: it must never change an event."""
+    data = b"".join(PIECES[i] for i in order)
+    assert every_event(matcher, data, chunk_size) == every_event(matcher, data, len(data) + 1)

@@ -162,15 +162,14 @@ class Matcher:
             if line_start >= tail_start:  # its next lines are in the next chunk
                 reported: frozenset[str] = frozenset()
                 if self.live:
-                    buffer, offset = _with_lines_before(data, line_start, history)
+                    buffer, offset = _around(data, line_start, history)
                     events = self._match_alone(source, buffer, offset, line_no, cursor)
                     reported = frozenset(event.rule.code for event in events)
                     yield from events
                 pending.append((line_start, line_no, reported))
             elif line_start < head_end:
-                before = history.last_lines(CONTEXT_LINES)  # its previous lines are in earlier chunks
-                joined = before + data[: _end_of_first_lines(data, 2 * CONTEXT_LINES)]
-                yield from self._match_at(source, joined, line_start + len(before), line_no, cursor)
+                buffer, offset = _around(data, line_start, history)  # its previous lines are in earlier chunks
+                yield from self._match_at(source, buffer, offset, line_no, cursor)
             else:
                 yield from self._match_at(source, data, line_start, line_no, cursor)
         return line_no - first_line + data.count(b"\n", counted_to, end)
@@ -179,12 +178,11 @@ class Matcher:
         self, source: str, history: _History, pending: list[tuple[int, int, frozenset[str]]], data: bytes, cursor: _Cursor
     ) -> Iterator[Event]:
         """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
-        before = history.last_lines(2 * CONTEXT_LINES)
-        shift = len(before) - len(history.pieces[-1])  # offsets in the last chunk -> offsets in `before`
-        joined = before + data[: _end_of_first_lines(data, CONTEXT_LINES)]
+        last = history.pieces[-1]
         for line_start, line_no, reported in pending:
             if line_no > cursor.consumed_until:
-                yield from self._match_at(source, joined, line_start + shift, line_no, cursor, reported)
+                buffer, offset = _around(last, line_start, history, skip_last=1, following=data)
+                yield from self._match_at(source, buffer, offset, line_no, cursor, reported)
 
     def _match_at(
         self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
@@ -355,19 +353,58 @@ def _joins(texts: list[str]) -> list[str]:
     return joined
 
 
-def _with_lines_before(data: bytes, line_start: int, history: _History) -> tuple[bytes, int]:
-    """A buffer from CONTEXT_LINES lines before the line to the end of the chunk (from the
-    earlier chunks when the chunk holds fewer), and the line's offset in it."""
-    start = line_start
-    for _ in range(CONTEXT_LINES):
-        if start == 0:
-            break
-        start = data.rfind(b"\n", 0, start - 1) + 1
-    piece = data[start:]
-    if start == 0 and history.pieces:
-        before = history.last_lines(CONTEXT_LINES)
-        return before + piece, len(before) + line_start
-    return piece, line_start - start
+def _around(
+    data: bytes, line_start: int, history: _History, skip_last: int = 0, following: bytes = b""
+) -> tuple[bytes, int]:
+    """A small buffer with the candidate line whole and up to CONTEXT_LINES lines on either
+    side, and the line's offset in it, for a line near a chunk's edge.
+
+    Lines before it come from `data`, then from the earlier chunks (the history less its
+    last `skip_last` pieces); lines after it from `data`, then from `following` (the next
+    chunk). A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so
+    only its first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying
+    whole neighbours at every seam was a copy of much of the input.
+    """
+    line_end = data.find(b"\n", line_start)
+    line_end = len(data) if line_end < 0 else line_end + 1
+    before = _lines_before(data, line_start, CONTEXT_LINES)
+    if len(before) < CONTEXT_LINES:
+        before = history.lines_before(CONTEXT_LINES - len(before), skip_last) + before
+    after = _lines_after(data, line_end, CONTEXT_LINES)
+    if len(after) < CONTEXT_LINES and data.endswith(b"\n"):
+        after += _lines_after(following, 0, CONTEXT_LINES - len(after))
+    head = b"".join(before)
+    return head + data[line_start:line_end] + b"".join(after), len(head)
+
+
+def _lines_before(buffer: bytes, end: int, count: int) -> list[bytes]:
+    """Up to `count` whole lines of the buffer that end at `end`, oldest first, long ones clipped."""
+    lines: list[bytes] = []
+    while end > 0 and len(lines) < count:
+        start = buffer.rfind(b"\n", 0, end - 1) + 1
+        lines.append(_clipped(buffer, start, end))
+        end = start
+    lines.reverse()
+    return lines
+
+
+def _lines_after(buffer: bytes, start: int, count: int) -> list[bytes]:
+    """Up to `count` lines of the buffer from `start` on, long ones clipped."""
+    lines: list[bytes] = []
+    while start < len(buffer) and len(lines) < count:
+        end = buffer.find(b"\n", start)
+        end = len(buffer) if end < 0 else end + 1
+        lines.append(_clipped(buffer, start, end))
+        start = end
+    return lines
+
+
+def _clipped(buffer: bytes, start: int, end: int) -> bytes:
+    """buffer[start:end], one line; cut to MAX_JOIN_LINE + 1 bytes (still too long to join) when longer."""
+    newline = b"\n" if buffer[end - 1 : end] == b"\n" else b""
+    if end - start - len(newline) > MAX_JOIN_LINE:
+        return buffer[start : start + MAX_JOIN_LINE + 1] + newline
+    return buffer[start:end]
 
 
 def _start_of_last_lines(buffer: bytes, count: int) -> int:
@@ -424,10 +461,14 @@ class _History:
         while len(self.pieces) > 1 and sum(self.lines[1:]) > 2 * CONTEXT_LINES:
             del self.pieces[0], self.lines[0]
 
-    def last_lines(self, count: int) -> bytes:
-        """The last `count` lines of the input so far (copied: only done near a seam)."""
-        joined = b"".join(self.pieces) if len(self.pieces) > 1 else self.pieces[-1]
-        return joined[_start_of_last_lines(joined, count) :]
+    def lines_before(self, count: int, skip_last: int = 0) -> list[bytes]:
+        """The last `count` lines of the chunks so far, less the newest `skip_last` of them."""
+        lines: list[bytes] = []
+        for piece in reversed(self.pieces[: len(self.pieces) - skip_last]):
+            lines = _lines_before(piece, len(piece), count - len(lines)) + lines
+            if len(lines) >= count:
+                break
+        return lines
 
 
 class _Lines:
