@@ -19,7 +19,7 @@ moves, passing over the bytes of request-log lines, so no separate pass counts t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
 FORWARD_WINDOWS = WRAP_WINDOWS[:2]
 # A line that starts like this is a record of its own, not the rest of a wrapped message.
 NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;]*m)*(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b")
+# Bytes that decoding a line removes or rewrites (records.py), which may join raw text into an anchor.
+REWRITTEN = re.compile(rb"[\\\x1b\r\x00{]")
 MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 MAX_EXCERPT = 600
 MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
@@ -57,6 +59,17 @@ class _Target:
     rule_index: int
     pattern: Pattern
     pattern_index: int
+    needs: frozenset[bytes]  # anchors a line holds all of when it matches alone; empty: keywords, any one
+    search: Any = None  # the compiled pattern's search, bound on first use
+    read_fields: Any = None  # its groupdict -> typed fields, made on its first match
+
+
+@dataclass(slots=True)
+class _Selection:
+    """The patterns to try on a candidate line, from the anchors it holds."""
+
+    every: list[_Target]  # any of its anchors is there: it may match a message wrapped over lines
+    alone: list[_Target]  # all of its anchors are there: it may match the line on its own
 
 
 class Matcher:
@@ -75,7 +88,7 @@ class Matcher:
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
         self._closure = _substring_closure(self.targets)
-        self._targets_for: dict[frozenset[bytes], list[_Target]] = {}
+        self._targets_for: dict[frozenset[bytes], _Selection] = {}
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine) if all_anchors else None
 
@@ -95,8 +108,12 @@ class Matcher:
                             f"{rule.file}:{rule.line}: rule {rule.code} pattern {pattern.id}: {derived.warning}, "
                             f"and its keyword {weak[0]!r} is short or starts with a common byte: scans get slower"
                         )
+                    needs: frozenset[bytes] = frozenset()
+                else:
+                    needs = frozenset(anchor.encode() for anchor in anchors)  # each is text the pattern requires
+                target = _Target(rule, index, pattern, pattern_index, needs)
                 for anchor in anchors:
-                    targets.setdefault(anchor.encode(), []).append(_Target(rule, index, pattern, pattern_index))
+                    targets.setdefault(anchor.encode(), []).append(target)
         return targets
 
     @property
@@ -190,8 +207,10 @@ class Matcher:
     ) -> Iterator[Event]:
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
-        targets = [t for t in self._targets_in(buffer, line_start, line_end) if t.rule.code not in reported]
-        if targets and reported:  # the line alone was matched already: only its continuation is new
+        selection = self._targets_in(buffer, line_start, line_end)
+        if reported:
+            targets = [t for t in selection.every if t.rule.code not in reported]
+        if reported and targets:  # the line alone was matched already: only its continuation is new
             lines = _Lines(buffer, line_start, line_end, line_no)
             if lines.next_may_continue():  # as _match_line does after a match on the line alone
                 text = lines.parts(0).text
@@ -199,42 +218,41 @@ class Matcher:
                 events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
                 self._mark_hosted(events, lines)
                 yield from events
-        elif targets:
-            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), targets, cursor)
+        elif not reported and selection.every:
+            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), selection, cursor)
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
         """The events of one line on its own (live: the lines after it are not read yet)."""
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
-        targets = self._targets_in(buffer, line_start, line_end)
-        if not targets:
+        selection = self._targets_in(buffer, line_start, line_end)
+        if not selection.every:
             return []
         lines = _Lines(buffer, line_start, line_end, line_no)
         parts = lines.parts(0)
-        events = self._match_text(source, parts, parts.text, line_no, line_no, targets, cursor)
+        events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
         self._mark_hosted(events, lines)
         return events
 
-    def _targets_in(self, buffer: bytes, start: int, end: int) -> list[_Target]:
+    def _targets_in(self, buffer: bytes, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
         found = frozenset(self.engine.found_in(buffer, start, end))  # type: ignore[union-attr]
-        targets = self._targets_for.get(found)
-        if targets is None:  # a few combinations repeat all through a log (metrics lines)
-            chosen: dict[tuple[int, int], _Target] = {}
-            for anchor in found:
-                for held in self._closure.get(anchor, (anchor,)):
-                    for target in self.targets.get(held, ()):
-                        chosen[target.rule_index, target.pattern_index] = target
-            targets = [chosen[key] for key in sorted(chosen)]
+        selection = self._targets_for.get(found)
+        if selection is None:  # a few combinations repeat all through a log (metrics lines)
+            held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
+            chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
+            every = [chosen[key] for key in sorted(chosen)]
+            selection = _Selection(every, [t for t in every if t.needs <= held])
             if len(self._targets_for) < MAX_TARGET_SETS:
-                self._targets_for[found] = targets
-        return targets
+                self._targets_for[found] = selection
+        return selection
 
     # --- one candidate line ---------------------------------------------------------
 
-    def _match_line(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> Iterator[Event]:
+    def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> Iterator[Event]:
         parts = lines.parts(0)
-        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, targets, cursor)
+        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
+        targets = selection.every
         if not events:
             events = self._match_wrapped(source, lines, targets, cursor)
         elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
@@ -281,24 +299,32 @@ class Matcher:
     ) -> list[Event]:
         """At most one event per rule: its first pattern (in file order) that matches."""
         events: list[Event] = []
-        matched_rules: set[int] = set()
+        matched_rule = -1  # targets come in rule order: a rule's patterns are next to each other
         disabled = self.disabled_patterns
+        record = None
         for target in targets:
             rule, pattern = target.rule, target.pattern
-            if target.rule_index in matched_rules or (disabled and (rule.code, pattern.id) in disabled):
+            if target.rule_index == matched_rule or (disabled and (rule.code, pattern.id) in disabled):
                 continue
+            search = target.search
+            if search is None:
+                search = target.search = pattern.compiled.search
             try:
-                match = pattern.compiled.search(text, timeout=MATCH_TIMEOUT)
+                match = search(text, timeout=MATCH_TIMEOUT)
             except TimeoutError:
                 self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                 continue
             if match is None:
                 continue
-            record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
-            fields = typed_fields(rule, match.groupdict())
-            excerpt = match.group(0)[:MAX_EXCERPT]
-            events.append(Event(rule, record, fields, excerpt, pattern.id, pattern.hosted))
-            matched_rules.add(target.rule_index)
+            if record is None:
+                record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
+            groups = match.groupdict()
+            read_fields = target.read_fields
+            if read_fields is None:
+                read_fields = target.read_fields = field_reader(rule, list(groups))
+            fields = read_fields(groups)
+            events.append(Event(rule, record, fields, match.group(0)[:MAX_EXCERPT], pattern.id, pattern.hosted))
+            matched_rule = target.rule_index
         return events
 
     def _timed_out(self, code: str, pattern_id: str, where: str, cursor: _Cursor) -> None:
@@ -313,19 +339,30 @@ class Matcher:
 
 
 def typed_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+    return field_reader(rule, list(groups))(groups)
+
+
+def field_reader(rule: Rule, names: list[str]) -> Callable[[dict[str, str | None]], dict[str, Any]]:
+    """A pattern's groupdict -> its typed fields; the types are looked up once per pattern,
+    not on every match (a metrics line matches two patterns a few times a second)."""
     types = rule.field_types
-    for name, value in groups.items():
-        kind = types.get(name, "str")
-        if kind == "flag":
-            fields[name] = bool(value)
-        elif value is not None:
-            fields[name] = value if kind == "str" else convert(kind, value)
-    if "flag" in types.values():
-        for name, kind in types.items():
-            if kind == "flag":  # a flag another pattern of the rule captures is simply off here
-                fields.setdefault(name, False)
-    return fields
+    plan = [(name, _CONVERTERS.get(types.get(name, "str"))) for name in names]
+    # a flag another pattern of the rule captures is simply off here
+    flags_off = {name: False for name, kind in types.items() if kind == "flag" and name not in names}
+
+    def read(groups: dict[str, str | None]) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for name, to_type in plan:
+            value = groups[name]
+            if value is not None:
+                fields[name] = to_type(value) if to_type else value
+            elif to_type is bool:
+                fields[name] = False
+        if flags_off:
+            fields.update(flags_off)
+        return fields
+
+    return read
 
 
 def convert(kind: str, value: str) -> Any:
@@ -344,6 +381,12 @@ def convert(kind: str, value: str) -> Any:
         except ValueError:
             return None
     return value
+
+
+_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
+    "flag": bool, "int": lambda value: convert("int", value), "float": lambda value: convert("float", value),
+    "gib": lambda value: convert("gib", value),
+}
 
 
 def _joins(texts: list[str]) -> list[str]:
@@ -504,6 +547,14 @@ class _Lines:
             self._parsed[offset] = parse_line(self.buffer[bounds[0] : bounds[1]]) if bounds else None
         parts = self._parsed[offset]
         return parts if parts is not None else LineParts(None)  # type: ignore[arg-type]
+
+    def alone(self, selection: _Selection) -> list[_Target]:
+        """The patterns that may match this line on its own. A pattern needs all its anchors
+        in the raw bytes unless decoding rewrites them (escapes, ANSI, CR, NUL, a JSON log
+        record): then any of them will do."""
+        if REWRITTEN.search(self.buffer, self.start, self.end):
+            return selection.every
+        return selection.alone
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
