@@ -1,9 +1,13 @@
 import functools
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from triage.matcher import Matcher
+from triage.rulecache import CACHE_VARIABLE
 from triage.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +22,25 @@ def ruleset():
 @pytest.fixture(scope="session")
 def matcher(ruleset):
     return Matcher(ruleset)
+
+
+def pytest_configure(config):
+    """The rule cache of every test (and of the CLI runs they start) goes to a fresh folder,
+    never the user's ~/.cache; most runs after the first then read the rules from it."""
+    folder = tempfile.mkdtemp(prefix="vllm-triage-cache-")
+    config._rule_cache = (folder, os.environ.get(CACHE_VARIABLE))
+    os.environ[CACHE_VARIABLE] = folder
+
+
+def pytest_unconfigure(config):
+    folder, before = getattr(config, "_rule_cache", (None, None))
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop(CACHE_VARIABLE, None)
+    else:
+        os.environ[CACHE_VARIABLE] = before
 
 
 def pytest_addoption(parser):

@@ -18,8 +18,11 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from triage import rulecache
 
 try:  # Python 3.11+
     from re import _constants as sre_constants
@@ -190,8 +193,49 @@ def derive(source: str) -> PatternAnchors:
 
 def keyword_anchor(keyword: str) -> str:
     """The best piece of a hand-written keyword: any piece of it is there when it is."""
-    pieces = derive(re.escape(keyword)).anchors
+    pieces = anchors_for(keyword_source(keyword)).anchors
     return pieces[0] if pieces and strong_anchor(pieces[0]) else keyword
+
+
+def keyword_source(keyword: str) -> str:
+    """The regex of a keyword, as anchors_for takes it."""
+    return re.escape(keyword)
+
+
+# derive() per regex source, kept for the process and filled from the rule cache: deriving
+# every pattern's anchors was a third of a scan's start-up.
+_derived: dict[str, PatternAnchors] = {}
+MAX_REMEMBERED = 50_000
+
+
+def anchors_for(source: str) -> PatternAnchors:
+    """derive(source), computed once per source (callers only read the result)."""
+    found = _derived.get(source)
+    if found is None:
+        found = derive(source)
+        if len(_derived) >= MAX_REMEMBERED:
+            _derived.clear()
+        _derived[source] = found
+    return found
+
+
+def derived_anchors(sources: Iterable[str]) -> dict[str, list]:
+    """The anchors of each regex source as plain data, for the rule cache."""
+    return {source: [found.anchors, found.warning] for source in sources for found in [anchors_for(source)]}
+
+
+def remember_anchors(plain: dict[str, list]) -> None:
+    """Take derived_anchors' data back (from the rule cache); refuses data of another shape."""
+    restored = {}
+    for source, (anchors, warning) in plain.items():
+        if not (isinstance(anchors, list) and all(isinstance(a, str) and a for a in anchors)):
+            raise ValueError(f"anchors of {source!r}: not a list of texts")
+        if warning is not None and not isinstance(warning, str):
+            raise ValueError(f"anchors of {source!r}: the warning is not a text")
+        restored[source] = PatternAnchors(anchors, warning)
+    if len(_derived) + len(restored) >= MAX_REMEMBERED:
+        _derived.clear()
+    _derived.update(restored)
 
 
 def strong_anchor(anchor: str) -> bool:
@@ -230,10 +274,11 @@ class ReEngine:
 
     anchors: list[bytes]
     name: str = "re"
+    trie: bytes | None = field(default=None, repr=False)  # trie_regex(anchors), when known already
     pattern: re.Pattern = field(init=False)
 
     def __post_init__(self) -> None:
-        self.pattern = re.compile(trie_regex(self.anchors))
+        self.pattern = re.compile(self.trie if self.trie is not None else trie_regex(self.anchors))
 
     def search(self, buffer: bytes, start: int, end: int) -> tuple[int, int, bytes] | None:
         hit = self.pattern.search(buffer, start, end)
@@ -267,10 +312,7 @@ class HyperscanEngine:
         self.anchors = anchors
         self.lengths = [len(a) for a in anchors]
         self.longest = max(self.lengths)
-        self.database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self.database.compile(
-            expressions=[re.escape(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors),
-        )
+        self.database = _hyperscan_database(hyperscan, anchors)
         self.scratch = hyperscan.Scratch(self.database)
         self._buffer: bytes | None = None
         self._window = (0, 0)
@@ -327,6 +369,76 @@ class HyperscanEngine:
         return {self.anchors[anchor_id] for _, anchor_id in self._scan(memoryview(buffer)[start:end], start)}
 
 
+# Fewer anchors than this (a rule tested alone) are quicker to compile than to look up,
+# and would fill the cache with one entry per rule.
+MIN_CACHED_ANCHORS = 64
+
+
+def cached_trie_regex(anchors: list[bytes]) -> bytes:
+    """trie_regex, from the rule cache when these anchors were seen before (30 ms for 600)."""
+    if len(anchors) < MIN_CACHED_ANCHORS:
+        return trie_regex(anchors)
+    name = f"trie-{rulecache.entry_key('trie', *anchors)}.re"
+    source = rulecache.read(name)
+    if source is None:
+        source = trie_regex(anchors)
+        rulecache.write(name, source)
+    return source
+
+
+def _hyperscan_database(hyperscan: Any, anchors: list[bytes]) -> Any:
+    """The compiled database, from the rule cache when these anchors were compiled before
+    (hyperscan checks a stored database itself: one from another version or CPU is refused)."""
+    if len(anchors) < MIN_CACHED_ANCHORS:
+        return _compiled_database(hyperscan, anchors)
+    # a database is built for this host's CPU: another host sharing a home directory has its own
+    host = f"{hyperscan.__version__} {os.uname().nodename} {os.uname().machine}".encode()
+    name = f"hyperscan-{rulecache.entry_key('hyperscan', host, *anchors)}.db"
+    stored = rulecache.read(name)
+    if stored is not None:
+        try:
+            return hyperscan.loadb(stored, hyperscan.HS_MODE_BLOCK)
+        except hyperscan.error:
+            pass
+    database = _compiled_database(hyperscan, anchors)
+    if rulecache.cache_dir() is not None:
+        rulecache.write(name, hyperscan.dumpb(database))
+    return database
+
+
+def _compiled_database(hyperscan: Any, anchors: list[bytes]) -> Any:
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    database.compile(expressions=[re.escape(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors))
+    return database
+
+
+def cached_closure(
+    anchors: Iterable[bytes], compute: Callable[[], dict[bytes, tuple[bytes, ...]]]
+) -> dict[bytes, tuple[bytes, ...]]:
+    """compute() (the shorter anchors inside each anchor), from the rule cache when these anchors were seen before."""
+    anchors = sorted(anchors)
+    if len(anchors) < MIN_CACHED_ANCHORS:
+        return compute()
+    name = f"closure-{rulecache.entry_key('closure', *anchors)}.json"
+    stored = rulecache.read_json(name)
+    if isinstance(stored, dict):
+        try:
+            return {_from_text(key): tuple(map(_from_text, inside)) for key, inside in stored.items()}
+        except (TypeError, UnicodeEncodeError):
+            pass
+    closure = compute()
+    rulecache.write_json(name, {_as_text(key): [_as_text(a) for a in inside] for key, inside in closure.items()})
+    return closure
+
+
+def _as_text(anchor: bytes) -> str:
+    return anchor.decode("latin-1")  # any bytes, one character each: JSON keeps them exactly
+
+
+def _from_text(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
 def make_engine(anchors: list[bytes], prefer: str = "auto") -> ReEngine | HyperscanEngine:
     """Hyperscan when importable, else the stdlib engine; VLLM_TRIAGE_ENGINE=re forces the latter."""
     if prefer == "auto":
@@ -337,4 +449,4 @@ def make_engine(anchors: list[bytes], prefer: str = "auto") -> ReEngine | Hypers
         except ImportError:
             if prefer == "hyperscan":
                 raise
-    return ReEngine(anchors)
+    return ReEngine(anchors, trie=cached_trie_regex(anchors))

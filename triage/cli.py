@@ -12,11 +12,9 @@ import click
 
 from triage import __version__
 from triage.diagnose import Diagnoser
-from triage.gate import Thresholds, checks_run, evaluate
 from triage.matcher import Matcher
 from triage.live import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
 from triage.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
-from triage.redact import redact_result
 from triage.report import ScanResult, format_names, render, summary_line
 from triage.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.types import SEVERITIES, Finding, severity_rank
@@ -128,6 +126,8 @@ def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
 
     def print_finding(finding: Finding) -> None:
         if redact:
+            from triage.redact import redact_result  # imported only when asked for (4 ms)
+
             finding = redact_result(ScanResult([finding], [])).findings[0]
         click.echo(render_finding(finding) + "\n", err=to_stderr)
         (sys.stderr if to_stderr else sys.stdout).flush()
@@ -326,6 +326,8 @@ def scan(
     except ScanInterrupted as stop:
         result, interrupted = stop.result, True
     if redact:  # the one place: every format, and the messages below, get the masked result
+        from triage.redact import redact_result  # imported only when asked for (4 ms)
+
         result = redact_result(result)
     unreadable = len(inputs) - len(result.inputs) - len(result.skipped)
     input_error = unreadable > 0 or not result.inputs  # binary inputs alone only warn, unless nothing was read
@@ -363,6 +365,8 @@ def scan(
 def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float | None, max_kv_usage_at_start: float | None,
          require_ready: bool, fail_on: str, format_name: str, output: str | None, rule_paths: tuple[str, ...]) -> None:
     """Assert a startup log shows the capacity you planned for (exit 1 when it does not)."""
+    from triage.gate import Thresholds, checks_run, evaluate
+
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
     # The gate asserts capacity with its own thresholds; the advisory capacity checks would repeat them.
     result = scan_paths([startup_log], Matcher(load_ruleset(rule_paths)), standalone_checks=False)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.anchors import ReEngine, derive, keyword_anchor, make_engine, strong_anchor
+from triage.anchors import ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, strong_anchor
 from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
 from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
@@ -87,7 +87,7 @@ class Matcher:
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
-        self._closure = _substring_closure(self.targets)
+        self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine) if all_anchors else None
@@ -98,7 +98,7 @@ class Matcher:
         targets: dict[bytes, list[_Target]] = {}
         for index, rule in enumerate(self.rules):
             for pattern_index, pattern in enumerate(rule.patterns):
-                derived = derive(pattern.compiled.pattern)
+                derived = anchors_for(pattern.compiled.pattern)
                 anchors = derived.anchors
                 if derived.warning or not anchors:
                     anchors = [keyword_anchor(k) for k in rule.keywords]  # better than a weak anchor

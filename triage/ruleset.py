@@ -7,15 +7,17 @@ through triage.expr.
 
 from __future__ import annotations
 
+import math
+import re  # the loader's own patterns: compiled at every start, and re compiles them faster
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import regex
-import yaml
 
+from triage import rulecache
+from triage.anchors import derived_anchors, keyword_source, remember_anchors
 from triage.expr import Expression, ExprError, check_template, template_names
 from triage.types import SEVERITIES, STAGES
 
@@ -28,7 +30,7 @@ FIELD_TYPES = {
     "text": (r".+?", "str"),
 }
 DECLARED_TYPES = {"int", "float", "gib", "str", "flag"}
-MACRO = regex.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES) + r")\}")
+MACRO = re.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES) + r")\}")
 
 # Facts the diagnosis sets from its own tables (facts.py): where total_gib came from when
 # the log names the GPU but not its memory.
@@ -50,8 +52,8 @@ RULE_KEYS = {
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
 STEP_KEYS = {"text", "when", "server"}
-CODE = regex.compile(r"VT\d{3}")
-NAME = regex.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+CODE = re.compile(r"VT\d{3}")
+NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 MATCH_TIMEOUT = 0.5  # seconds per regex search; a backtracking rule cannot hang a scan
 
 
@@ -138,10 +140,10 @@ class RuleSet:
         return {name for rule in self.rules if rule.kind == "fact" for name in (*rule.field_types, *rule.derived)} | TABLE_FACTS
 
 
-# --- YAML with line numbers -------------------------------------------------------
+# --- documents: YAML with line numbers (triage.ruleyaml), or a cached copy -------------
 
 
-class _LineDict(dict):
+class LineDict(dict):
     line = 0
 
 
@@ -149,115 +151,46 @@ class _LineDict(dict):
 MAX_RULE_FILE_BYTES = 1024 * 1024
 MAX_YAML_DEPTH = 40
 MAX_YAML_VALUES = 50_000  # counted with aliases expanded: a "billion laughs" file stops here
+LINE_KEY = "\x00line"  # a mapping's line number in a cached document (no YAML key can be it unnoticed)
 
 
-try:  # libyaml's parser when present: events come 6x faster; composing stays here, with the limits
-    from yaml._yaml import CParser as _CParser
-
-    _LOADER_BASES: tuple = (yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver)
-except ImportError:  # pragma: no cover - PyYAML without libyaml
-    _CParser = None
-    _LOADER_BASES = (yaml.SafeLoader,)
+class NotPlain(ValueError):
+    """A value JSON would not give back as it is."""
 
 
-class _Loader(*_LOADER_BASES):  # type: ignore[misc]
-    """The safe loader, with depth and alias-expansion limits checked while composing."""
-
-    def __init__(self, stream: str):
-        if _CParser is None:
-            yaml.SafeLoader.__init__(self, stream)
-        else:
-            _CParser.__init__(self, stream)
-            yaml.composer.Composer.__init__(self)
-            yaml.constructor.SafeConstructor.__init__(self)
-            yaml.resolver.Resolver.__init__(self)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.composer.ComposerError(None, None, f"refused: nested deeper than {MAX_YAML_DEPTH} levels", mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        _expanded_size(node, {}, set())
-        return node
+def plain_document(value: Any) -> Any:
+    """The document as JSON data with each mapping's line number; NotPlain when JSON would
+    change it (a date, a number as a key, NaN ...): such a file is simply not cached."""
+    if isinstance(value, dict):
+        if LINE_KEY in value or not all(isinstance(key, str) for key in value):
+            raise NotPlain
+        return {LINE_KEY: getattr(value, "line", 0), **{key: plain_document(item) for key, item in value.items()}}
+    if isinstance(value, list):
+        return [plain_document(item) for item in value]
+    if isinstance(value, float) and not -math.inf < value < math.inf:
+        raise NotPlain
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise NotPlain
 
 
-def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
-    """How many values the node becomes once aliases are expanded; refuses bombs and loops."""
-    key = id(node)
-    if key in sizes:
-        return sizes[key]
-    if key in open_nodes:
-        raise yaml.composer.ComposerError(None, None, "refused: an alias refers to itself", node.start_mark)
-    open_nodes.add(key)
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        children = node.value
-    elif isinstance(node, yaml.MappingNode):
-        children = [part for pair in node.value for part in pair]
-    else:
-        children = []
-    for child in children:
-        size += _expanded_size(child, sizes, open_nodes)
-        if size > MAX_YAML_VALUES:
-            raise yaml.composer.ComposerError(
-                None, None, f"refused: aliases expand to more than {MAX_YAML_VALUES:,} values", node.start_mark
-            )
-    open_nodes.discard(key)
-    sizes[key] = size
-    return size
-
-
-def _refuse_tag(loader: _Loader, node: yaml.Node) -> Any:
-    raise yaml.constructor.ConstructorError(
-        None, None, f"refused: tag {node.tag!r} is not allowed; a rule file holds plain data only", node.start_mark
-    )
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LineDict:
-    mapping = _LineDict(yaml.SafeLoader.construct_mapping(loader, node, deep=True))
-    mapping.line = node.start_mark.line + 1
-    return mapping
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_Loader.add_constructor(None, _refuse_tag)  # any tag the safe loader does not know
-
-
-class _BuiltinLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Our own rule files: libyaml's parser when present (8x faster: it is most of the start-up)."""
-
-
-_BuiltinLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _read_yaml(path: Path, text: str, builtin: bool = False) -> Any:
-    try:
-        return yaml.load(text, Loader=_BuiltinLoader if builtin else _Loader)  # noqa: S506 - both are safe loaders
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 0
-        problem = exc.problem or exc.context
-        if problem and "maximum nesting depth" in problem:  # libyaml's own limit, met while reading ahead
-            problem = f"refused: nested deeper than {MAX_YAML_DEPTH} levels"
-        raise RuleError(f"{path}:{line}: not valid YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise RuleError(f"{path}:0: not valid YAML: {exc}") from None
+def line_dict(mapping: dict) -> dict:
+    """A mapping of a cached document back as the YAML reader made it (json.loads object_hook)."""
+    if LINE_KEY not in mapping:
+        return mapping  # the entry's own tables
+    restored = LineDict(mapping)
+    restored.line = restored.pop(LINE_KEY)
+    return restored
 
 
 # --- loading ---------------------------------------------------------------------
 
 
 def builtin_rule_files() -> list[Path]:
-    try:
-        folder = Path(str(resources.files("triage.rules")))
+    try:  # the package's folder (importlib.resources would add 5 ms of imports to every start)
+        import triage.rules
+
+        folder = Path(triage.rules.__file__).parent
     except ModuleNotFoundError:  # run from a source checkout without installing
         folder = Path(__file__).resolve().parent.parent / "rules"
     return sorted(folder.glob("*.yaml"))
@@ -288,13 +221,16 @@ def load_rules(extra: Iterable[str | Path] = (), builtin: bool = True) -> RuleSe
         hosted.extend(m for m in file_hosted if m not in hosted)
     _check_unique(rules)
     ruleset = RuleSet(rules, skip, hosted)
-    every_name = {name for rule in rules for name in (*rule.field_types, *rule.derived)}
+    fact_names = ruleset.fact_names
+    every_name = {name for rule in rules for name in (*rule.field_types, *rule.derived)} | CHECK_NAMES
     for rule in rules:
-        _check_names(rule, ruleset.fact_names if rule.kind != "check" else every_name | CHECK_NAMES)
+        _check_names(rule, fact_names if rule.kind != "check" else every_name)
     return ruleset
 
 
 def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str], list[str]]:
+    """One file's rules and markers: from the cache when these bytes were loaded before
+    (they were then checked in full, so only what is cheap is redone), else from the YAML."""
     try:
         with path.open("rb") as stream:  # read at most the cap: the path may be a pipe or /dev/zero
             data = stream.read(MAX_RULE_FILE_BYTES + 1)
@@ -303,7 +239,27 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
         raise RuleError(f"{path}:0: cannot read rule file: {exc}") from None
     if len(data) > MAX_RULE_FILE_BYTES:
         raise RuleError(f"{path}:0: refused: rule file larger than {MAX_RULE_FILE_BYTES // 1024} KiB")
-    document = _read_yaml(path, text, builtin)
+    entry_name = f"rules-{rulecache.entry_key('rules', b'builtin' if builtin else b'user', data)}.json"
+    entry = rulecache.read_json(entry_name, object_hook=line_dict)
+    if entry is not None:
+        try:
+            loaded = _from_document(path, entry["document"], builtin, entry["fields"])
+            remember_anchors(entry["anchors"])
+            return loaded
+        except Exception:  # noqa: BLE001 - an entry that does not fit is ignored: the file is read again
+            pass
+    from triage.ruleyaml import read_yaml  # PyYAML only when a file is not in the cache
+
+    document = read_yaml(path, text, builtin)
+    loaded = _from_document(path, document, builtin)
+    _store(entry_name, document, loaded[0])
+    return loaded
+
+
+def _from_document(
+    path: Path, document: Any, builtin: bool, checked: dict[str, list[str]] | None = None
+) -> tuple[list[Rule], list[str], list[str]]:
+    """checked: the named groups of each regex already checked and compiled once (cache)."""
     if not isinstance(document, dict):
         raise RuleError(f"{path}:1: a rule file is a mapping with a 'rules' list")
     _unknown_keys(path, document, FILE_KEYS, "rule file")
@@ -311,7 +267,7 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
     if not isinstance(entries, list) or not entries:
         raise RuleError(f"{path}:{document.line}: 'rules' must be a non-empty list")
     default_stage = document.get("stage")
-    rules = [_parse_rule(path, entry, default_stage, lazy=builtin) for entry in entries]
+    rules = [_parse_rule(path, entry, default_stage, lazy=builtin, checked=checked) for entry in entries]
     return (
         rules,
         _string_list(path, document, "skip_markers"),
@@ -319,7 +275,22 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
     )
 
 
-def _parse_rule(path: Path, raw: Any, default_stage: str | None, lazy: bool = False) -> Rule:
+def _store(entry_name: str, document: Any, rules: list[Rule]) -> None:
+    """Cache a file that loaded without error, with its regexes' named groups and anchors."""
+    if rulecache.cache_dir() is None:
+        return
+    try:
+        plain = plain_document(document)
+    except NotPlain:
+        return
+    fields = {pattern.compiled.pattern: pattern.fields for rule in rules for pattern in rule.patterns}
+    sources = [*fields, *(keyword_source(k) for rule in rules for k in rule.keywords)]
+    rulecache.write_json(entry_name, {"document": plain, "fields": fields, "anchors": derived_anchors(sources)})
+
+
+def _parse_rule(
+    path: Path, raw: Any, default_stage: str | None, lazy: bool = False, checked: dict[str, list[str]] | None = None
+) -> Rule:
     if not isinstance(raw, dict):
         raise RuleError(f"{path}:0: each rule is a mapping")
     line = getattr(raw, "line", 0)
@@ -349,7 +320,7 @@ def _parse_rule(path: Path, raw: Any, default_stage: str | None, lazy: bool = Fa
     keywords = _string_list(path, raw, "keywords")
     if not keywords:
         raise RuleError(f"{where}: 'keywords' must list at least one literal text")
-    patterns = [_parse_pattern(where, i, p, lazy) for i, p in enumerate(_list(where, raw, "patterns"))]
+    patterns = [_parse_pattern(where, i, p, lazy, checked) for i, p in enumerate(_list(where, raw, "patterns"))]
     if not patterns:
         raise RuleError(f"{where}: 'patterns' must hold at least one pattern")
     field_types = _field_types(where, raw, patterns)
@@ -402,8 +373,12 @@ def _parse_require(where: str, raw: dict) -> Expression | None:
         raise RuleError(f"{where}: require: {exc}") from None
 
 
-def _parse_pattern(where: str, index: int, raw: Any, lazy: bool = False) -> Pattern:
-    """lazy: a built-in pattern (tested to compile) is compiled when a line first needs it."""
+def _parse_pattern(
+    where: str, index: int, raw: Any, lazy: bool = False, checked: dict[str, list[str]] | None = None
+) -> Pattern:
+    """lazy: a built-in pattern (tested to compile) is compiled when a line first needs it;
+    so is one in `checked` (refused or compiled when its file was first read), whose value
+    is its named groups."""
     if isinstance(raw, str):
         raw = {"regex": raw}
     if not isinstance(raw, dict) or "regex" not in raw:
@@ -414,12 +389,15 @@ def _parse_pattern(where: str, index: int, raw: Any, lazy: bool = False) -> Patt
     source = str(raw["regex"]).strip()
     expanded = MACRO.sub(lambda m: f"(?P<{m['name']}>{FIELD_TYPES[m['type']][0]})", source)
     label = f"{where}: pattern {raw.get('id', index + 1)}"
-    if len(expanded) > MAX_REGEX_LENGTH:
-        raise RuleError(f"{label}: refused: longer than {MAX_REGEX_LENGTH:,} characters")
-    if repetition_load(expanded) > MAX_REPETITION:
-        raise RuleError(f"{label}: refused: counted repeats multiply past {MAX_REPETITION:,} (like (a{{100}}){{1000}})")
-    if lazy:
+    if checked is not None:
         compiled: Any = LazyRegex(expanded)
+        fields = list(checked[expanded])
+    elif len(expanded) > MAX_REGEX_LENGTH:
+        raise RuleError(f"{label}: refused: longer than {MAX_REGEX_LENGTH:,} characters")
+    elif repetition_load(expanded) > MAX_REPETITION:
+        raise RuleError(f"{label}: refused: counted repeats multiply past {MAX_REPETITION:,} (like (a{{100}}){{1000}})")
+    elif lazy:
+        compiled = LazyRegex(expanded)
         fields = list(dict.fromkeys(GROUP_NAME.findall(expanded)))
     else:
         try:
@@ -437,22 +415,29 @@ def _parse_pattern(where: str, index: int, raw: Any, lazy: bool = False) -> Patt
     )
 
 
-GROUP_NAME = regex.compile(r"\(\?P?<([A-Za-z_]\w*)>")  # a named group: (?P<name>...) or (?<name>...)
+GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")  # a named group: (?P<name>...) or (?<name>...)
 
 
 class LazyRegex:
-    """A compiled regex made on first use: most built-in patterns meet no candidate line in a
-    scan, and compiling all of them was a fifth of the start-up."""
+    """A compiled regex made on first use: most patterns meet no candidate line in a scan,
+    and compiling all of them was a fifth of the start-up (with 500 user rules, most of it).
 
-    __slots__ = ("pattern", "_compiled")
+    The first use fills the slots below from the compiled regex, so later calls cost what
+    they cost on the compiled regex itself (no __getattr__ per search)."""
+
+    __slots__ = ("pattern", "_compiled", "search", "match", "fullmatch", "finditer", "groupindex")
 
     def __init__(self, pattern: str):
         self.pattern = pattern
         self._compiled: Any = None
 
     def __getattr__(self, name: str) -> Any:  # search, match, groupindex ...: the compiled regex's
+        if name.startswith("__"):  # copy and pickle probe for these: not the regex's
+            raise AttributeError(name)
         if self._compiled is None:
             self._compiled = regex.compile(self.pattern)
+            for slot in LazyRegex.__slots__[2:]:
+                setattr(self, slot, getattr(self._compiled, slot))
         return getattr(self._compiled, name)
 
     def __repr__(self) -> str:
@@ -463,7 +448,7 @@ class LazyRegex:
 # ((a{100}){100}){100} is a million nodes and seconds of compiling. Bound the product.
 MAX_REGEX_LENGTH = 10_000
 MAX_REPETITION = 10_000
-_COUNT = regex.compile(r"\{(\d+)(?:,\d*)?\}")
+_COUNT = re.compile(r"\{(\d+)(?:,\d*)?\}")
 
 
 def repetition_load(pattern: str) -> int:
