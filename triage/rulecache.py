@@ -35,7 +35,7 @@ MAX_ENTRIES = 256  # beyond this, writing an entry removes the oldest ones
 FORMAT = b"1"
 # The code whose output is cached: a change to it (in a checkout, where the version
 # stays the same) must not meet entries it made before.
-DERIVING_MODULES = ("ruleset.py", "anchors.py", "rulecache.py")
+DERIVING_MODULES = ("ruleset.py", "anchors.py", "rulecache.py", "matcher.py")
 
 _salt: bytes | None = None
 _usable_dirs: dict[str, bool] = {}
