@@ -72,7 +72,7 @@ def scan_paths(
         except InputError as exc:
             errors.append(str(exc))
             continue
-        diagnoser = Diagnoser(checks, keep_text, fact_names)
+        diagnoser = Diagnoser(checks, keep_text, fact_names, keep_runs=False)
         try:
             not_a_log = sniff_binary(stream)
             if not_a_log:
@@ -88,7 +88,7 @@ def scan_paths(
             if events is None:
                 events = matcher.scan(name, input_chunks(name, stream, tee_to, progress))
             for event in events:
-                finding = diagnoser.add(event)
+                finding = diagnoser.add(event, render=on_finding is not None)
                 if finding is not None and on_finding is not None:
                     on_finding(finding)
         except InputError as exc:

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from triage.expr import Missing, render
-from triage.facts import DEFAULTS, Names, Run, RunSplitter, derive, holds
+from triage.expr import Expression, Missing, render
+from triage.facts import DEFAULTS, Names, Run, RunSplitter, derive, derive_these, holds
 from triage.kvcache import GIB, bytes_for_tokens, round_up
 from triage.ruleset import Rule, Step
 from triage.types import Event, Finding
@@ -58,71 +58,89 @@ def diagnose(events: Iterable[Event], keep_text: bool = False, checks: Sequence[
 
 
 class Diagnoser:
-    def __init__(self, checks: Sequence[Rule] = (), keep_text: bool = False, fact_names: Iterable[str] | None = None):
+    def __init__(
+        self, checks: Sequence[Rule] = (), keep_text: bool = False, fact_names: Iterable[str] | None = None,
+        keep_runs: bool = True,
+    ):
         """fact_names: every name a fact rule can set (RuleSet.fact_names); with them, an event
-        whose `require` fails on its own numbers alone is not kept (flat memory on big logs)."""
+        whose `require` fails on its own numbers alone is not kept (flat memory on big logs).
+        keep_runs False: result().runs is empty, and a run is let go as soon as the next begins
+        (its findings are worked out then: facts never cross runs)."""
         self.checks = [rule for rule in checks if rule.kind == "check"]
         self.keep_text = keep_text
-        self.splitter = RunSplitter()
+        self.splitter = RunSplitter(keep_runs)
+        self._run = self.splitter.current
+        self._ended: list[Finding] = []  # the findings of the runs that ended
+        self._last_ended: Run | None = None  # the last run that ended with facts or problems
+        self._kept: list[Run] = []  # keep_runs: the runs that ended with facts or problems
         self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
-        self._reads: dict[int, set[str]] = {}  # id(rule) -> the names its require may read
+        self._requirements: dict[int, Requirement] = {}  # id(rule) -> what its require reads
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
         self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
 
-    def add(self, event: Event) -> Finding | None:
-        """Take the next event; a problem comes back as a finding rendered with the facts so far."""
+    def add(self, event: Event, render: bool = True) -> Finding | None:
+        """Take the next event; a problem comes back as a finding rendered with the facts so far
+        (render False: only taken, for a caller that prints nothing before the end)."""
         run = self.splitter.add(event)
-        if event.rule.kind == "fact":
+        if run is not self._run:
+            self._end(self._run)
+            self._run = run
+        rule = event.rule
+        if rule.kind == "fact":
             return None
-        settled = self._settled(event)
-        if not meets_requirement(event.rule, {**DEFAULTS, **run.facts, **event.fields}):
+        requirement = self._requirements.get(id(rule)) or self._requirement(rule)
+        settled = requirement.settled(event.fields)
+        if not requirement.holds(event.fields, run.facts):
             if settled:
                 run.problems.pop()  # no later fact can change the answer: never a finding
             return None
-        if not self.keep_text:  # the record's text (maybe a whole prompt) is not needed any more
+        if not (settled and self._fold(run, event)) and not self.keep_text:
+            # kept until the end: the record's text (maybe a whole prompt) is not needed any more
             event.record = replace(event.record, text="")
-        if settled:
-            self._fold(run, event)
-        return to_finding(event, run.facts, self.keep_text, run.number)
+        return to_finding(event, run.facts, self.keep_text, run.number) if render else None
 
-    def _fold(self, run: Run, event: Event) -> None:
+    def _requirement(self, rule: Rule) -> Requirement:
+        requirement = self._requirements.get(id(rule))
+        if requirement is None:
+            requirement = self._requirements[id(rule)] = Requirement.of(rule, self.fact_names)
+        return requirement
+
+    def _fold(self, run: Run, event: Event) -> bool:
         """A finding for sure: the first of its group stays in the run, the others only count
-        (and give their requested length), so a million rejections take a few numbers."""
+        (and give their requested length), so a million rejections take a few numbers.
+        True when the event was folded into its group's numbers (not kept)."""
         self._group_by[event.rule.code] = event.rule.group_by
         key = group_key(run.number, event.rule.code, event.record.source, event.record.process,
                         grouping(event.fields, event.rule.group_by), event.hosted, event.rule.stage)
-        if key not in self._folded:
+        folded = self._folded.get(key)
+        if folded is None:
             self._folded[key] = Folded()
-            return
-        run.problems.pop()
-        self._folded[key].add(event)
-
-    def _settled(self, event: Event) -> bool:
-        """The rule's `require` reads no fact that the event's own numbers do not override."""
-        if self.fact_names is None:
             return False
-        rule = event.rule
-        reads = self._reads.get(id(rule))
-        if reads is None:  # the require's names, through the derived numbers it uses
-            reads, todo = set(), list(rule.require.names) if rule.require is not None else []
-            while todo:
-                name = todo.pop()
-                if name in rule.derived and name not in reads:
-                    todo.extend(rule.derived[name].names)
-                reads.add(name)
-            reads -= set(rule.derived)
-            self._reads[id(rule)] = reads
-        return not (reads & self.fact_names) - event.fields.keys()
+        run.problems.pop()
+        folded.add(event)
+        return True
+
+    def _end(self, run: Run) -> None:
+        """The next run began: this one's findings are final, its events not needed any more."""
+        if run.problems or run.facts:
+            self._ended.extend(self._run_findings(run))
+            self._last_ended = run
+            if self.splitter.keep_runs:
+                self._kept.append(run)
+        self._folded.clear()  # the groups of the run that ended: the next run has none yet
 
     def result(self) -> Diagnosis:
-        findings: list[Finding] = []
-        runs = [run for run in self.splitter.runs if run.problems or run.facts]
-        for run in runs:
-            findings.extend(self._run_findings(run))
-        return Diagnosis(findings, runs[-1].facts.copy() if runs else {}, runs)  # copy(): with the facts' lines
+        findings = list(self._ended)
+        runs, last = list(self._kept), self._last_ended
+        if self._run.problems or self._run.facts:
+            findings.extend(self._run_findings(self._run))
+            last = self._run
+            if self.splitter.keep_runs:
+                runs.append(self._run)
+        return Diagnosis(findings, last.facts.copy() if last else {}, runs)  # copy(): with the facts' lines
 
     def _run_findings(self, run: Run) -> list[Finding]:
-        problems = [e for e in run.problems if meets_requirement(e.rule, {**DEFAULTS, **run.facts, **e.fields})]
+        problems = [e for e in run.problems if self._requirement(e.rule).holds(e.fields, run.facts)]
         self._group_by.update((e.rule.code, e.rule.group_by) for e in problems)
         findings = aggregate(
             [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by
@@ -173,6 +191,55 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, 
         text=record.text if keep_text else None,
         run=run,
     )
+
+
+@dataclass(slots=True)
+class Requirement:
+    """A rule's `require` with the names it reads, worked out once per rule: each event's
+    check then looks up those few names instead of merging every fact into a new dict."""
+
+    condition: Expression | None
+    names: tuple[str, ...]  # every name it reads, through the derived numbers it uses
+    derived: tuple[tuple[str, Expression], ...]  # those derived numbers, in the rule's order
+    facts: tuple[str, ...] | None  # the facts it reads; None: unknown (every event may wait for one)
+
+    @classmethod
+    def of(cls, rule: Rule, fact_names: set[str] | None = None) -> Requirement:
+        """fact_names: every name a fact may set; without them no event is ever settled."""
+        if rule.require is None:
+            return cls(None, (), (), ())
+        reads, todo = set(), list(rule.require.names)
+        while todo:
+            name = todo.pop()
+            if name in rule.derived and name not in reads:
+                todo.extend(rule.derived[name].names)
+            reads.add(name)
+        derived = tuple((name, expression) for name, expression in rule.derived.items() if name in reads)
+        facts = None if fact_names is None else tuple(sorted((reads - set(rule.derived)) & fact_names))
+        return cls(rule.require, tuple(sorted(reads)), derived, facts)
+
+    def settled(self, fields: Mapping[str, Any]) -> bool:
+        """No fact it reads can change the answer: the event's own numbers override them all."""
+        if self.facts is None:
+            return False
+        for name in self.facts:
+            if name not in fields:
+                return False
+        return True
+
+    def holds(self, fields: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
+        """meets_requirement() over DEFAULTS, then the facts, then the event's fields."""
+        if self.condition is None:
+            return True
+        names = {
+            name: fields[name] if name in fields else facts.get(name, DEFAULTS.get(name)) for name in self.names
+        }
+        if self.derived:
+            derive_these(self.derived, names)
+        try:
+            return bool(self.condition.evaluate(names))
+        except Missing:
+            return False
 
 
 def meets_requirement(rule: Rule, values: Mapping[str, Any]) -> bool:

@@ -74,7 +74,9 @@ class Expression:
         self.tree = tree.body
         self.names: set[str] = set()
         self._check(self.tree)
-        self._compiled = _compile(self.tree)
+        # evaluate(names): the value; raises Missing when a name has no value. The compiled
+        # closure itself, not a method calling it: a rule's require runs for every metrics line.
+        self.evaluate: Compiled = _compile(self.tree)
 
     def _check(self, node: ast.AST) -> None:
         if isinstance(node, ast.Constant):
@@ -107,10 +109,6 @@ class Expression:
                 f"not allowed in an expression: {ast.unparse(node)!r} "
                 f"(numbers, names, + - * / // %, comparisons, and/or/not, {allowed})"
             )
-
-    def evaluate(self, names: Mapping[str, Any]) -> Any:
-        """The value; raises Missing when a name has no value."""
-        return self._compiled(names)
 
 
 # Each checked node becomes a closure once, at load: evaluating a rule's `require` for
@@ -172,9 +170,20 @@ def _compile_binary(function: Callable[[Any, Any], Any], left: Compiled, right: 
 
 
 def _compile_bool(is_and: bool, values: list[Compiled]) -> Compiled:
-    if is_and:
-        return lambda names: all(value(names) for value in values)
-    return lambda names: any(value(names) for value in values)
+    """True or False (as all() and any() give), evaluating operands only until one decides."""
+    if len(values) == 2:
+        left, right = values
+        if is_and:
+            return lambda names: bool(left(names) and right(names))
+        return lambda names: bool(left(names) or right(names))
+
+    def all_or_any(names: Mapping[str, Any]) -> bool:
+        for value in values:
+            if bool(value(names)) is not is_and:
+                return not is_and
+        return is_and
+
+    return all_or_any
 
 
 def _compile_compare(left: Compiled, steps: list[tuple[Callable[[Any, Any], bool], Compiled]]) -> Compiled:

@@ -16,14 +16,14 @@ so they stay in one run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import regex
 
 from triage import gpus
-from triage.expr import Missing
+from triage.expr import Expression, Missing
 from triage.kvcache import DEFAULT_BLOCK_SIZE
 from triage.ruleset import Rule
 from triage.types import Event
@@ -35,6 +35,19 @@ PID = regex.compile(r"\s*\bpid=\d+,?")
 # Set with total_gib when the GPU table gave it (the log named the card, not its memory);
 # a line that prints the card's memory replaces both.
 TOTAL_FROM = "total_gib_from"
+
+
+class _Absent:
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+ABSENT = _Absent()
 
 
 class Facts(dict):
@@ -56,7 +69,7 @@ class Facts(dict):
 
     def set(self, values: Mapping[str, Any], source: str, line: int) -> None:
         for name, value in values.items():
-            if name not in self or self[name] != value:
+            if self.get(name, ABSENT) != value:  # ABSENT equals nothing: a new name moves too
                 self.lines[name] = (source, line)
             self[name] = value
 
@@ -76,18 +89,25 @@ class Run:
     last_marker_order: int = -1
     gpu_names: set[str] = field(default_factory=set)  # the cards `vllm collect-env` listed
 
-    def add_fact(self, event: Event) -> None:
-        where = (event.record.source, event.record.line)
-        if "total_gib" in event.fields:
-            self.facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
-        self.facts.set(event.fields, *where)
-        derived = derive(event.rule, {**DEFAULTS, **self.facts}) if event.rule.derived else {}
-        self.facts.set(derived, *where)
-        for name in (*event.fields, *derived):
-            self.fact_events[name] = event
-        if "gpu_name" in event.fields:
-            self.gpu_names.add(event.fields["gpu_name"])
-            self._total_from_gpu_table(*where)
+    def add_fact(self, event: Event, inputs: tuple[str, ...] | None = None) -> None:
+        """inputs: derived_inputs(event.rule), when the caller keeps it per rule."""
+        fields, facts, fact_events = event.fields, self.facts, self.fact_events
+        source, line = event.record.source, event.record.line
+        if "total_gib" in fields:
+            facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
+        facts.set(fields, source, line)
+        for name in fields:
+            fact_events[name] = event  # the newest line, not a copy: only its place is cited
+        rule = event.rule
+        if rule.derived:
+            inputs = derived_inputs(rule) if inputs is None else inputs
+            derived = derive(rule, {name: facts.get(name, DEFAULTS.get(name)) for name in inputs})
+            facts.set(derived, source, line)
+            for name in derived:
+                fact_events[name] = event
+        if "gpu_name" in fields:
+            self.gpu_names.add(fields["gpu_name"])
+            self._total_from_gpu_table(source, line)
 
     def _total_from_gpu_table(self, source: str, line: int) -> None:
         """V1 fails before it prints the card's memory; the GPU the log names gives it, so the
@@ -105,24 +125,31 @@ class Run:
 class RunSplitter:
     """Events in log order in, each put into its run."""
 
-    def __init__(self) -> None:
-        self.runs = [Run(1)]
-
-    @property
-    def current(self) -> Run:
-        return self.runs[-1]
+    def __init__(self, keep_runs: bool = True) -> None:
+        """keep_runs False: `runs` holds only the current run; one that ended is the caller's
+        to finish and let go (memory that does not grow with the restarts a log holds)."""
+        self.current = Run(1)
+        self.runs = [self.current]
+        self.keep_runs = keep_runs
+        self._inputs: dict[int, tuple[str, ...]] = {}  # id(rule) -> derived_inputs(rule)
 
     def add(self, event: Event) -> Run:
         marker = RUN_MARKERS.get(event.rule.name) if event.rule.kind == "fact" else None
         if marker is not None:
             if self._starts_new_run(event, marker):
-                self.runs.append(Run(len(self.runs) + 1))
+                self.current = Run(self.current.number + 1)
+                if not self.keep_runs:
+                    self.runs.clear()
+                self.runs.append(self.current)
             run = self.current
             run.markers.setdefault(event.rule.name, set()).add(process_name(event.record.process))
             run.last_marker_order = max(run.last_marker_order, marker)
         run = self.current
         if event.rule.kind == "fact":
-            run.add_fact(event)
+            inputs = self._inputs.get(id(event.rule))
+            if inputs is None:
+                inputs = self._inputs[id(event.rule)] = derived_inputs(event.rule)
+            run.add_fact(event, inputs)
         else:
             run.problems.append(event)
         return run
@@ -151,10 +178,22 @@ def process_name(process: str | None) -> str | None:
     return PID.sub("", process).strip() if process else None
 
 
+def derived_inputs(rule: Rule) -> tuple[str, ...]:
+    """Every name the rule's derived numbers read (derived ones too: an earlier value may
+    stand when one cannot be worked out). derive() over just these names gives what it
+    gives over all of them, without copying a run's facts for each line."""
+    return tuple(sorted({name for expression in rule.derived.values() for name in expression.names}))
+
+
 def derive(rule: Rule, names: dict[str, Any]) -> dict[str, Any]:
     """Evaluate the rule's derived numbers in order; one that lacks an input is left out."""
+    return derive_these(rule.derived.items(), names)
+
+
+def derive_these(expressions: Iterable[tuple[str, Expression]], names: dict[str, Any]) -> dict[str, Any]:
+    """derive() over some of a rule's derived numbers (name, expression), in the rule's order."""
     derived: dict[str, Any] = {}
-    for name, expression in rule.derived.items():
+    for name, expression in expressions:
         try:
             value = expression.evaluate(names)
         except Missing:
