@@ -15,7 +15,7 @@ from triage.diagnose import Diagnoser
 from triage.matcher import Matcher
 from triage.live import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
 from triage.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
-from triage.report import ScanResult, format_names, render, summary_line
+from triage.report import ScanResult, format_names, render, summary_line, write
 from triage.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.types import SEVERITIES, Finding, severity_rank
 
@@ -169,13 +169,12 @@ def pick_report_format(requested: str, output: str | None) -> str:
 
 def emit(result: ScanResult, format_name: str, output: str | None, to_stderr: bool = False) -> None:
     """The report to stdout (stderr with --tee), or to --output with the one-line summary on stderr."""
-    report = render(result, format_name)
     if output is None:
-        click.echo(report, nl=False, err=to_stderr)
+        write(result, format_name, lambda piece: click.echo(piece, nl=False, err=to_stderr))
     else:
         try:
             with open(output, "w", encoding="utf-8") as handle:
-                handle.write(report)
+                write(result, format_name, handle.write)
         except OSError as exc:
             fail(f"cannot write {output}: {exc.strerror or exc}")
         click.echo(f"vllm-triage: {summary_line(result)}; {format_name} report written to {output}", err=True)

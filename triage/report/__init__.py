@@ -135,6 +135,15 @@ _FORMATS = {
 }
 
 
+# format name -> (module, function yielding the report in pieces) for the formats that
+# can be written a finding at a time: render() of these is the pieces joined.
+_PIECES = {
+    "text": ("text", "plain_pieces"),
+    "json": ("json_format", "pieces"),
+    "jsonl": ("jsonl", "pieces"),
+}
+
+
 def _formatters() -> dict[str, Callable[[ScanResult], str]]:
     return {name: _formatter(name) for name in _FORMATS}
 
@@ -148,6 +157,19 @@ def _formatter(format_name: str) -> Callable[[ScanResult], str]:
 
 def render(result: ScanResult, format_name: str) -> str:
     return _formatter(format_name)(result)
+
+
+def write(result: ScanResult, format_name: str, out: Callable[[str], Any]) -> None:
+    """The text render() gives, passed to out() in pieces where the format allows: a big
+    report is never held whole."""
+    if format_name not in _PIECES:
+        out(render(result, format_name))
+        return
+    import importlib
+
+    module, function = _PIECES[format_name]
+    for piece in getattr(importlib.import_module(f"triage.report.{module}"), function)(result):
+        out(piece)
 
 
 def format_names() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 
 from triage import __version__
@@ -10,6 +11,7 @@ from triage.report import ScanResult, ordered
 from triage.types import SEVERITIES
 
 SCHEMA_VERSION = 1
+ITEM_INDENT = " " * 4
 FINDING_KEYS = (
     "code", "name", "title", "stage", "severity", "source", "line", "last_line", "count",
     "process", "rank", "time", "last_time", "excerpt", "fields", "derived", "facts", "cause",
@@ -26,12 +28,31 @@ def finding_dict(finding) -> dict:
 
 
 def render(result: ScanResult) -> str:
+    return "".join(pieces(result))
+
+
+def pieces(result: ScanResult) -> Iterator[str]:
+    """The document json.dumps(indent=2) would give, one finding at a time: a report of
+    thousands of findings is never held whole (nor as dicts) on the way out."""
     document = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "vllm-triage", "version": __version__},
         "inputs": result.inputs,
         "errors": result.errors,
         "summary": {s: sum(f.severity == s for f in result.findings) for s in SEVERITIES},
-        "findings": [finding_dict(f) for f in ordered(result.findings)],
+        "findings": [],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    head = json.dumps(document, indent=2, ensure_ascii=False)
+    findings = ordered(result.findings)
+    if not findings:
+        yield head + "\n"
+        return
+    yield head.removesuffix("]\n}") + "\n"  # up to the list's "["
+    separator = ""
+    for finding in findings:
+        # Two levels down (document, list): every line 4 spaces in. JSON escapes the
+        # newlines inside strings, so each newline here is one json.dumps put between items.
+        text = json.dumps(finding_dict(finding), indent=2, ensure_ascii=False)
+        yield separator + ITEM_INDENT + text.replace("\n", "\n" + ITEM_INDENT)
+        separator = ",\n"
+    yield "\n  ]\n}\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Iterator
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -16,13 +17,25 @@ STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def render_plain(result: ScanResult) -> str:
-    blocks = []
+    return "".join(plain_pieces(result))
+
+
+def plain_pieces(result: ScanResult) -> Iterator[str]:
+    """The plain report a block at a time (blank lines between blocks)."""
+    separator = ""
+    for block in _plain_blocks(result):
+        yield separator + block
+        separator = "\n\n"
+    yield "\n"
+
+
+def _plain_blocks(result: ScanResult) -> Iterator[str]:
     for heading, findings in by_run(result.findings):
         if heading:
-            blocks.append(f"== {heading} ==")
-        blocks.extend(_plain_finding(f) for f in findings)
-    blocks.append(summary_line(result))
-    return "\n\n".join(blocks) + "\n"
+            yield f"== {heading} =="
+        for finding in findings:
+            yield _plain_finding(finding)
+    yield summary_line(result)
 
 
 def _plain_finding(finding: Finding) -> str:
