@@ -226,3 +226,44 @@ def test_a_document_json_would_change_is_not_cached(tmp_path, cache):
     first = load_rules([path])
     assert summary(load_rules([path])) == summary(first)
     assert len(entries(cache, "rules-")) == 5  # a date would come back as a text: not stored
+
+
+WEAK_RULE = """\
+stage: runtime
+rules:
+  - code: VT991
+    name: user-weak
+    title: Only a short literal
+    keywords: [Tiny]
+    patterns:
+      - regex: '(?:Tiny|Small) widget (?:overflow|spill) (?P<n>\\d+)'
+    examples:
+      match:
+        - Tiny widget overflow 3
+"""
+
+
+def matcher_view(matcher):
+    targets = {anchor: [(t.rule.code, t.pattern.id) for t in found] for anchor, found in matcher.targets.items()}
+    return matcher.anchors, targets, matcher._closure, matcher.warnings
+
+
+@pytest.mark.parametrize("engine", ["re", "hyperscan"])
+def test_a_warm_start_derives_what_a_start_without_cache_derives(tmp_path, monkeypatch, engine):
+    if engine == "hyperscan":
+        pytest.importorskip("hyperscan")
+    weak = tmp_path / "weak.yaml"
+    weak.write_text(WEAK_RULE)
+    paths = [user_rules(tmp_path), weak]
+    monkeypatch.setenv(rulecache.CACHE_VARIABLE, "off")
+    monkeypatch.setattr("triage.anchors._derived", {})
+    uncached = matcher_view(Matcher(load_rules(paths), engine=engine))
+    assert any("VT991" in warning for warning in uncached[3])  # its keywords stand in, with a warning
+    monkeypatch.setenv(rulecache.CACHE_VARIABLE, str(tmp_path / "cache"))
+    for _ in range(2):  # writing the cache, then reading it in a fresh process (no derivation remembered)
+        monkeypatch.setattr("triage.anchors._derived", {})
+        monkeypatch.setattr("triage.anchors.derive", lambda source: pytest.fail(f"derived again: {source}") if _ else _derive(source))
+        assert matcher_view(Matcher(load_rules(paths), engine=engine)) == uncached
+
+
+from triage.anchors import derive as _derive  # noqa: E402 - the real one, for the test above

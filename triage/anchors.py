@@ -224,6 +224,11 @@ def derived_anchors(sources: Iterable[str]) -> dict[str, list]:
     return {source: [found.anchors, found.warning] for source in sources for found in [anchors_for(source)]}
 
 
+def needs_keywords(found: PatternAnchors) -> bool:
+    """The pattern has no good anchors: its rule's keywords stand in (Matcher._targets)."""
+    return bool(found.warning) or not found.anchors
+
+
 def remember_anchors(plain: dict[str, list]) -> None:
     """Take derived_anchors' data back (from the rule cache); refuses data of another shape."""
     restored = {}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.anchors import ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, strong_anchor
+from triage.anchors import ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, needs_keywords, strong_anchor
 from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
 from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
@@ -100,7 +100,7 @@ class Matcher:
             for pattern_index, pattern in enumerate(rule.patterns):
                 derived = anchors_for(pattern.compiled.pattern)
                 anchors = derived.anchors
-                if derived.warning or not anchors:
+                if needs_keywords(derived):
                     anchors = [keyword_anchor(k) for k in rule.keywords]  # better than a weak anchor
                     weak = [k for k in anchors if not strong_anchor(k)]
                     if weak and rule.file not in builtin:

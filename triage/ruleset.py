@@ -17,7 +17,7 @@ from typing import Any
 import regex
 
 from triage import rulecache
-from triage.anchors import derived_anchors, keyword_source, remember_anchors
+from triage.anchors import anchors_for, derived_anchors, keyword_source, needs_keywords, remember_anchors
 from triage.expr import Expression, ExprError, check_template, template_names
 from triage.types import SEVERITIES, STAGES
 
@@ -284,8 +284,12 @@ def _store(entry_name: str, document: Any, rules: list[Rule]) -> None:
     except NotPlain:
         return
     fields = {pattern.compiled.pattern: pattern.fields for rule in rules for pattern in rule.patterns}
-    sources = [*fields, *(keyword_source(k) for rule in rules for k in rule.keywords)]
-    rulecache.write_json(entry_name, {"document": plain, "fields": fields, "anchors": derived_anchors(sources)})
+    keywords = [  # the matcher derives a rule's keywords only for a pattern without good anchors
+        keyword_source(keyword) for rule in rules
+        if any(needs_keywords(anchors_for(p.compiled.pattern)) for p in rule.patterns) for keyword in rule.keywords
+    ]
+    anchors = derived_anchors([*fields, *keywords])
+    rulecache.write_json(entry_name, {"document": plain, "fields": fields, "anchors": anchors})
 
 
 def _parse_rule(
