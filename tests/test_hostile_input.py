@@ -90,7 +90,7 @@ def noisy_log(draw):
 @PROPERTY
 @given(data=st.binary(max_size=4000) | noisy_log().map(lambda pair: pair[0]), chunk_size=st.integers(1, 300))
 def test_reader_gives_back_every_byte_in_whole_lines(data, chunk_size):
-    chunks = list(iter_chunks(io.BytesIO(data), chunk_size=chunk_size))
+    chunks = [c.copy() for c in iter_chunks(io.BytesIO(data), chunk_size=chunk_size)]
     assert b"".join(c.data for c in chunks) == data
     assert all(c.data.endswith(b"\n") for c in chunks[:-1])
     line = 1
@@ -176,7 +176,7 @@ def test_long_and_empty_lines_do_not_hide_the_message(matcher, make, line):
 def test_a_line_longer_than_the_cap_is_cut_and_later_lines_keep_their_numbers(matcher, long, chunk_size):
     # the cap bounds memory for a stream with no newline (/dev/zero); here it is small
     data = b"x" * long + b"\n" + PREFIX + BODY + b"\nINFO after\n"
-    chunks = list(iter_chunks(io.BytesIO(data), chunk_size=chunk_size, max_line=256))
+    chunks = [c.copy() for c in iter_chunks(io.BytesIO(data), chunk_size=chunk_size, max_line=256)]
     assert max(len(c.data) for c in chunks) <= max(512, 2 * chunk_size) + len(PREFIX + BODY)
     assert_found_once(list(matcher.scan("cut.log", chunks)), line=2)
 

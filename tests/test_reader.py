@@ -13,7 +13,7 @@ def lines_of(chunks):
 
 def test_chunks_end_at_line_boundaries_and_number_lines():
     data = b"".join(b"line %d\n" % i for i in range(1, 1001))
-    chunks = list(iter_chunks(io.BytesIO(data), chunk_size=100))
+    chunks = [c.copy() for c in iter_chunks(io.BytesIO(data), chunk_size=100)]
     assert all(c.data.endswith(b"\n") for c in chunks)
     assert b"".join(c.data for c in chunks) == data
     for chunk in chunks:
@@ -24,7 +24,7 @@ def test_chunks_end_at_line_boundaries_and_number_lines():
 def test_line_longer_than_buffer_and_no_final_newline():
     long_line = b"x" * 5000
     data = b"a\n" + long_line + b"\nlast"
-    chunks = list(iter_chunks(io.BytesIO(data), chunk_size=64))
+    chunks = [c.copy() for c in iter_chunks(io.BytesIO(data), chunk_size=64)]
     assert b"".join(c.data for c in chunks) == data
     assert chunks[-1].data.endswith(b"last")
 
@@ -33,10 +33,10 @@ def test_gzip_is_detected_by_content(tmp_path):
     path = tmp_path / "server.log.gz"
     path.write_bytes(gzip.compress(b"hello\nworld\n"))
     name, stream = open_input(str(path))
-    assert b"".join(c.data for c in iter_chunks(stream)) == b"hello\nworld\n"
+    assert b"".join(c.copy().data for c in iter_chunks(stream)) == b"hello\nworld\n"
     plain = tmp_path / "renamed.log"
     plain.write_bytes(gzip.compress(b"x\n"))
-    assert b"".join(c.data for c in iter_chunks(open_input(str(plain))[1])) == b"x\n"
+    assert b"".join(c.copy().data for c in iter_chunks(open_input(str(plain))[1])) == b"x\n"
 
 
 def test_missing_file_is_a_one_line_input_error(tmp_path):

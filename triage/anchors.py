@@ -285,16 +285,19 @@ class ReEngine:
     def __post_init__(self) -> None:
         self.pattern = re.compile(self.trie if self.trie is not None else trie_regex(self.anchors))
 
-    def search(self, buffer: bytes, start: int, end: int) -> tuple[int, int, bytes] | None:
-        hit = self.pattern.search(buffer, start, end)
-        return None if hit is None else (hit.start(), hit.end(), hit.group())
+    def new_chunk(self) -> None:
+        """The reader refilled its buffer: nothing is cached here."""
 
-    def found_in(self, buffer: bytes, start: int, end: int) -> set[bytes]:
+    def search(self, buffer: bytes | bytearray, start: int, end: int) -> tuple[int, int, bytes] | None:
+        hit = self.pattern.search(buffer, start, end)
+        return None if hit is None else (hit.start(), hit.end(), bytes(hit.group()))
+
+    def found_in(self, buffer: bytes | bytearray, start: int, end: int) -> set[bytes]:
         """Every anchor in buffer[start:end], overlapping ones included."""
         found = set()
         hit = self.pattern.search(buffer, start, end)
         while hit is not None:
-            found.add(hit.group())
+            found.add(bytes(hit.group()))
             hit = self.pattern.search(buffer, hit.start() + 1, end)
         return found
 
@@ -344,7 +347,11 @@ class HyperscanEngine:
         self._hits = [h for h in hits if h[0] < window_end]
         self._starts = [h[0] for h in self._hits]
 
-    def search(self, buffer: bytes, start: int, end: int) -> tuple[int, int, bytes] | None:
+    def new_chunk(self) -> None:
+        """The reader refilled its buffer (the same object): the window's hits are stale."""
+        self._buffer = None
+
+    def search(self, buffer: bytes | bytearray, start: int, end: int) -> tuple[int, int, bytes] | None:
         while start < end:
             low, high = self._window
             if self._buffer is not buffer or not low <= start < high:

@@ -106,12 +106,12 @@ def _scan_part(path: str, part: _Part) -> _Found:
     matcher = _matcher
     assert matcher is not None
     index_of = {id(rule): index for index, rule in enumerate(matcher.rules)}
-    counted: list[Chunk] = []
+    line_counts: list[int] = []
 
     def chunks(stream: BinaryIO) -> Iterator[Chunk]:
         for chunk in iter_chunks(stream):
-            counted.append(chunk)
-            yield chunk
+            yield chunk  # the matcher is done with it when it asks for the next: count before the reader refills
+            line_counts.append(chunk.lines if chunk.lines is not None else chunk.data.count(b"\n", 0, chunk.end))
 
     own_first = part.lead_lines + 1
     warned = len(matcher.warnings)
@@ -125,7 +125,7 @@ def _scan_part(path: str, part: _Part) -> _Found:
                 continue
             fields = tuple(getattr(record, name) for name in RECORD_FIELDS)
             events.append((index_of[id(event.rule)], fields, event.fields, event.excerpt, event.pattern_id, event.hosted))
-    total = sum(chunk.lines if chunk.lines is not None else chunk.data.count(b"\n") for chunk in counted)
+    total = sum(line_counts)
     with open(path, "rb") as handle:
         handle.seek(part.stop)
         tail_lines = handle.read(part.read_to - part.stop).count(b"\n")

@@ -77,7 +77,7 @@ class FollowedFile(io.RawIOBase):
 def tee(chunks: Iterator[Chunk], sink: BinaryIO) -> Iterator[Chunk]:
     """Pass every byte through to sink unchanged, as it is read."""
     for chunk in chunks:
-        sink.write(chunk.data)
+        sink.write(memoryview(chunk.data)[: chunk.end])
         sink.flush()
         yield chunk
 
@@ -103,7 +103,7 @@ def with_progress(chunks: Iterator[Chunk], total: int, label: str) -> Iterator[C
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
         task = progress.add_task(label, total=total)
         for chunk in chunks:
-            progress.advance(task, len(chunk.data))
+            progress.advance(task, chunk.end)
             yield chunk
 
 

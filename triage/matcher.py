@@ -126,21 +126,21 @@ class Matcher:
     def scan(self, source: str, chunks: Iterable[Chunk]) -> Iterator[Event]:
         """Events in the order of the lines they start on."""
         cursor = _Cursor()
-        history = _History()  # the last chunks, enough of them to hold the context lines
-        pending: list[tuple[int, int, frozenset[str]]] = []  # (offset, line, rules already reported) at the end of the last chunk
+        history = _History()  # the last lines read, for a candidate at the start of a chunk
+        pending: list[_Pending] = []  # candidates at the end of the last chunk
         line_no: int | None = None
         for chunk in chunks:
             if line_no is None:
                 line_no = chunk.first_line
             if pending:
-                yield from self._scan_seam(source, history, pending, chunk.data, cursor)
+                yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
             pending = []
-            lines = yield from self._scan_chunk(source, chunk.data, line_no, history, pending, cursor)
+            lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor)
             chunk.lines = lines  # the reader need not count them again
             line_no += lines
-            history.add(chunk.data, lines)
+            history.add(chunk.data, chunk.end)
         if pending:
-            yield from self._scan_seam(source, history, pending, b"", cursor)
+            yield from self._scan_seam(source, pending, b"", 0, cursor)
         self.warnings.extend(cursor.warnings)
 
     def scan_text(self, source: str, text: str) -> list[Event]:
@@ -148,15 +148,18 @@ class Matcher:
         return list(self.scan(source, [Chunk(text.encode(), 1)]))
 
     def _scan_chunk(
-        self, source: str, data: bytes, first_line: int, history: _History,
-        pending: list[tuple[int, int, frozenset[str]]], cursor: _Cursor,
+        self, source: str, data: bytes | bytearray, end: int, first_line: int, history: _History,
+        pending: list[_Pending], cursor: _Cursor,
     ) -> Iterator[Event]:
-        """Match the chunk's candidate lines; defer those at its end; return its line count."""
-        end = len(data)
+        """Match the candidate lines of data[:end]; defer those at its end; return its line count.
+
+        data may be the reader's buffer, refilled after this chunk: every search stops at
+        end, and what a later chunk needs (deferred candidates, the last lines) is copied."""
         if self.engine is None:
-            return data.count(b"\n")
-        tail_start = _start_of_last_lines(data, CONTEXT_LINES)
-        head_end = _end_of_first_lines(data, CONTEXT_LINES) if history.pieces else 0
+            return data.count(b"\n", 0, end)
+        tail_start = _start_of_last_lines(data, CONTEXT_LINES, end)
+        head_end = _end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
+        self.engine.new_chunk()
         search, skip, position = self.engine.search, self.skip_markers, 0
         counted_to, line_no = 0, first_line
         while position < end:
@@ -165,7 +168,7 @@ class Matcher:
                 break
             hit_start, hit_end, anchor = hit
             line_start = data.rfind(b"\n", 0, hit_start) + 1
-            line_end = data.find(b"\n", hit_end)
+            line_end = data.find(b"\n", hit_end, end)
             line_end = end if line_end < 0 else line_end
             position = line_end + 1
             line_no += data.count(b"\n", counted_to, line_start)
@@ -177,41 +180,43 @@ class Matcher:
             if line_no <= cursor.consumed_until:
                 continue
             if line_start >= tail_start:  # its next lines are in the next chunk
+                buffer, offset = _around(data, line_start, end, history)
                 reported: frozenset[str] = frozenset()
                 if self.live:
-                    buffer, offset = _around(data, line_start, history)
                     events = self._match_alone(source, buffer, offset, line_no, cursor)
                     reported = frozenset(event.rule.code for event in events)
                     yield from events
-                pending.append((line_start, line_no, reported))
+                pending.append(_Pending(buffer, offset, line_no, reported))
             elif line_start < head_end:
-                buffer, offset = _around(data, line_start, history)  # its previous lines are in earlier chunks
+                buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
                 yield from self._match_at(source, buffer, offset, line_no, cursor)
             else:
-                yield from self._match_at(source, data, line_start, line_no, cursor)
+                yield from self._match_at(source, data, line_start, line_no, cursor, limit=end)
         return line_no - first_line + data.count(b"\n", counted_to, end)
 
     def _scan_seam(
-        self, source: str, history: _History, pending: list[tuple[int, int, frozenset[str]]], data: bytes, cursor: _Cursor
+        self, source: str, pending: list[_Pending], data: bytes | bytearray, end: int, cursor: _Cursor
     ) -> Iterator[Event]:
         """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
-        last = history.pieces[-1]
-        for line_start, line_no, reported in pending:
-            if line_no > cursor.consumed_until:
-                buffer, offset = _around(last, line_start, history, skip_last=1, following=data)
-                yield from self._match_at(source, buffer, offset, line_no, cursor, reported)
+        following = b"".join(_lines_after(data, 0, CONTEXT_LINES, end))
+        for deferred in pending:
+            if deferred.line_no > cursor.consumed_until:
+                buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
+                yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported)
 
     def _match_at(
-        self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
-        reported: frozenset[str] = frozenset(),
+        self, source: str, buffer: bytes | bytearray, line_start: int, line_no: int, cursor: _Cursor,
+        reported: frozenset[str] = frozenset(), limit: int = -1,
     ) -> Iterator[Event]:
-        line_end = buffer.find(b"\n", line_start)
-        line_end = len(buffer) if line_end < 0 else line_end
+        """limit: where the buffer's lines end (-1: its end)."""
+        limit = len(buffer) if limit < 0 else limit
+        line_end = buffer.find(b"\n", line_start, limit)
+        line_end = limit if line_end < 0 else line_end
         selection = self._targets_in(buffer, line_start, line_end)
         if reported:
             targets = [t for t in selection.every if t.rule.code not in reported]
         if reported and targets:  # the line alone was matched already: only its continuation is new
-            lines = _Lines(buffer, line_start, line_end, line_no)
+            lines = _Lines(buffer, line_start, line_end, line_no, limit)
             if lines.next_may_continue():  # as _match_line does after a match on the line alone
                 text = lines.parts(0).text
                 rest = [t for t in targets if self._cut_short(t, text)]
@@ -219,7 +224,7 @@ class Matcher:
                 self._mark_hosted(events, lines)
                 yield from events
         elif not reported and selection.every:
-            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no), selection, cursor)
+            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no, limit), selection, cursor)
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
         """The events of one line on its own (live: the lines after it are not read yet)."""
@@ -396,31 +401,27 @@ def _joins(texts: list[str]) -> list[str]:
     return joined
 
 
-def _around(
-    data: bytes, line_start: int, history: _History, skip_last: int = 0, following: bytes = b""
-) -> tuple[bytes, int]:
+def _around(data: bytes | bytearray, line_start: int, end: int, history: _History) -> tuple[bytes, int]:
     """A small buffer with the candidate line whole and up to CONTEXT_LINES lines on either
-    side, and the line's offset in it, for a line near a chunk's edge.
+    side within data[:end] (before it, from the earlier chunks when data holds fewer), and
+    the line's offset in it: for a line near a chunk's edge, whose neighbours the next
+    chunk or the last one holds.
 
-    Lines before it come from `data`, then from the earlier chunks (the history less its
-    last `skip_last` pieces); lines after it from `data`, then from `following` (the next
-    chunk). A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so
-    only its first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying
-    whole neighbours at every seam was a copy of much of the input.
+    A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so only its
+    first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying whole
+    neighbours at every seam was a copy of much of the input.
     """
-    line_end = data.find(b"\n", line_start)
-    line_end = len(data) if line_end < 0 else line_end + 1
+    line_end = data.find(b"\n", line_start, end)
+    line_end = end if line_end < 0 else line_end + 1
     before = _lines_before(data, line_start, CONTEXT_LINES)
     if len(before) < CONTEXT_LINES:
-        before = history.lines_before(CONTEXT_LINES - len(before), skip_last) + before
-    after = _lines_after(data, line_end, CONTEXT_LINES)
-    if len(after) < CONTEXT_LINES and data.endswith(b"\n"):
-        after += _lines_after(following, 0, CONTEXT_LINES - len(after))
+        before = history.lines_before(CONTEXT_LINES - len(before)) + before
     head = b"".join(before)
-    return head + data[line_start:line_end] + b"".join(after), len(head)
+    after = b"".join(_lines_after(data, line_end, CONTEXT_LINES, end))
+    return head + data[line_start:line_end] + after, len(head)
 
 
-def _lines_before(buffer: bytes, end: int, count: int) -> list[bytes]:
+def _lines_before(buffer: bytes | bytearray, end: int, count: int) -> list[bytes]:
     """Up to `count` whole lines of the buffer that end at `end`, oldest first, long ones clipped."""
     lines: list[bytes] = []
     while end > 0 and len(lines) < count:
@@ -431,45 +432,45 @@ def _lines_before(buffer: bytes, end: int, count: int) -> list[bytes]:
     return lines
 
 
-def _lines_after(buffer: bytes, start: int, count: int) -> list[bytes]:
-    """Up to `count` lines of the buffer from `start` on, long ones clipped."""
+def _lines_after(buffer: bytes | bytearray, start: int, count: int, limit: int) -> list[bytes]:
+    """Up to `count` lines of buffer[:limit] from `start` on, long ones clipped."""
     lines: list[bytes] = []
-    while start < len(buffer) and len(lines) < count:
-        end = buffer.find(b"\n", start)
-        end = len(buffer) if end < 0 else end + 1
+    while start < limit and len(lines) < count:
+        end = buffer.find(b"\n", start, limit)
+        end = limit if end < 0 else end + 1
         lines.append(_clipped(buffer, start, end))
         start = end
     return lines
 
 
-def _clipped(buffer: bytes, start: int, end: int) -> bytes:
+def _clipped(buffer: bytes | bytearray, start: int, end: int) -> bytes:
     """buffer[start:end], one line; cut to MAX_JOIN_LINE + 1 bytes (still too long to join) when longer."""
     newline = b"\n" if buffer[end - 1 : end] == b"\n" else b""
     if end - start - len(newline) > MAX_JOIN_LINE:
-        return buffer[start : start + MAX_JOIN_LINE + 1] + newline
-    return buffer[start:end]
+        return bytes(buffer[start : start + MAX_JOIN_LINE + 1]) + newline
+    return bytes(buffer[start:end])
 
 
-def _start_of_last_lines(buffer: bytes, count: int) -> int:
-    """Offset where the last `count` lines of the buffer begin (a final partial line counts)."""
-    end = len(buffer)
-    if buffer.endswith(b"\n"):
+def _start_of_last_lines(buffer: bytes | bytearray, count: int, limit: int) -> int:
+    """Offset where the last `count` lines of buffer[:limit] begin (a final partial line counts)."""
+    end = limit
+    if buffer[limit - 1 : limit] == b"\n":
         end -= 1
     for _ in range(count):
         cut = buffer.rfind(b"\n", 0, end)
         if cut < 0:
             return 0
         end = cut
-    return end + 1 if end < len(buffer) else len(buffer)
+    return end + 1 if end < limit else limit
 
 
-def _end_of_first_lines(buffer: bytes, count: int) -> int:
-    """Offset just past the first `count` lines of the buffer."""
+def _end_of_first_lines(buffer: bytes | bytearray, count: int, limit: int) -> int:
+    """Offset just past the first `count` lines of buffer[:limit]."""
     end = 0
     for _ in range(count):
-        cut = buffer.find(b"\n", end)
+        cut = buffer.find(b"\n", end, limit)
         if cut < 0:
-            return len(buffer)
+            return limit
         end = cut + 1
     return end
 
@@ -492,33 +493,38 @@ def _substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, .
 
 
 class _History:
-    """References to the last chunks (no copies): as many as hold 2 * CONTEXT_LINES lines."""
+    """The last CONTEXT_LINES lines read (copied, long ones clipped): the reader reuses its buffer."""
 
     def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-        self.lines: list[int] = []
+        self.tail: list[bytes] = []
 
-    def add(self, data: bytes, lines: int) -> None:
-        self.pieces.append(data)
-        self.lines.append(lines)
-        while len(self.pieces) > 1 and sum(self.lines[1:]) > 2 * CONTEXT_LINES:
-            del self.pieces[0], self.lines[0]
+    def add(self, data: bytes | bytearray, end: int) -> None:
+        lines = _lines_before(data, end, CONTEXT_LINES)
+        if len(lines) < CONTEXT_LINES:  # a chunk of fewer lines: the older ones still count
+            lines = self.tail[-(CONTEXT_LINES - len(lines)) :] + lines
+        self.tail = lines
 
-    def lines_before(self, count: int, skip_last: int = 0) -> list[bytes]:
-        """The last `count` lines of the chunks so far, less the newest `skip_last` of them."""
-        lines: list[bytes] = []
-        for piece in reversed(self.pieces[: len(self.pieces) - skip_last]):
-            lines = _lines_before(piece, len(piece), count - len(lines)) + lines
-            if len(lines) >= count:
-                break
-        return lines
+    def lines_before(self, count: int) -> list[bytes]:
+        """The last `count` lines read (fewer at the start of the input)."""
+        return self.tail[-count:] if count > 0 else []
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A candidate at the end of a chunk, copied with its neighbours, waiting for the next lines."""
+
+    buffer: bytes
+    offset: int
+    line_no: int
+    reported: frozenset[str]  # rules already reported for it on its own (live)
 
 
 class _Lines:
     """A candidate line and its neighbours in the buffer, parsed lazily."""
 
-    def __init__(self, buffer: bytes, start: int, end: int, line_no: int):
+    def __init__(self, buffer: bytes | bytearray, start: int, end: int, line_no: int, limit: int = -1):
         self.buffer, self.start, self.end, self.line_no = buffer, start, end, line_no
+        self.limit = len(buffer) if limit < 0 else limit  # the buffer's lines end here
         self._parsed: dict[int, LineParts | None] = {}
 
     def _bounds(self, offset: int) -> tuple[int, int] | None:
@@ -530,12 +536,12 @@ class _Lines:
                 end = start - 1
                 start = self.buffer.rfind(b"\n", 0, end) + 1
             else:
-                if end >= len(self.buffer):
+                if end >= self.limit:
                     return None
                 start = end + 1
-                end = self.buffer.find(b"\n", start)
-                end = len(self.buffer) if end < 0 else end
-                if start >= len(self.buffer):
+                end = self.buffer.find(b"\n", start, self.limit)
+                end = self.limit if end < 0 else end
+                if start >= self.limit:
                     return None
         return start, end
 
@@ -559,7 +565,7 @@ class _Lines:
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
         start = self.end + 1
-        return start < len(self.buffer) and NEW_RECORD.match(self.buffer, start) is None
+        return start < self.limit and NEW_RECORD.match(self.buffer, start, self.limit) is None
 
     def context_text(self, skip_markers: list[str]) -> str:
         """The lines around the candidate, less request-log lines (a prompt may name any host)."""

@@ -28,9 +28,24 @@ class InputError(Exception):
 
 @dataclass(slots=True)
 class Chunk:
-    data: bytes  # whole lines; only the last chunk of an input may lack a final b"\n"
+    """data[:end] is whole lines; only the last chunk of an input may lack a final b"\n".
+
+    data may be the reader's own buffer, refilled for the next chunk (copying each chunk
+    out of it cost a page fault per 4 KiB of input): a consumer copies what it keeps.
+    """
+
+    data: bytes | bytearray
     first_line: int  # 1-based number of the first line in data
-    lines: int | None = None  # b"\n" in data, set by a consumer that counted them (saves a pass)
+    lines: int | None = None  # b"\n" in data[:end], set by a consumer that counted them (saves a pass)
+    end: int = -1  # -1: all of data
+
+    def __post_init__(self) -> None:
+        if self.end < 0:
+            self.end = len(self.data)
+
+    def copy(self) -> Chunk:
+        """The chunk in bytes of its own, to keep past the next one."""
+        return Chunk(bytes(self.data[: self.end]), self.first_line, self.lines)
 
 
 def open_input(path: str) -> tuple[str, BinaryIO]:
@@ -150,9 +165,9 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = 
         cut = buffer.rfind(b"\n", start, filled)  # the bytes before start hold no newline
         if cut < 0:
             continue
-        chunk = Chunk(bytes(view[: cut + 1]), line_no)
+        chunk = Chunk(buffer, line_no, end=cut + 1)
         yield chunk
-        line_no += chunk.lines if chunk.lines is not None else chunk.data.count(b"\n")
+        line_no += chunk.lines if chunk.lines is not None else buffer.count(b"\n", 0, cut + 1)
         rest = filled - (cut + 1)
         view[:rest] = view[cut + 1 : filled]
         filled = rest
