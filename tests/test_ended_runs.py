@@ -2,13 +2,15 @@
 the same findings and the same bytes as when everything was kept until the end."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from triage import __version__
 from triage.diagnose import Diagnoser
-from triage.report import ScanResult, ordered, render, write
+from triage.redact import redact_result
+from triage.report import ScanResult, format_names, ordered, render, write
 from triage.report.json_format import SCHEMA_VERSION, finding_dict
+from triage.store import FindingStore
 from triage.types import SEVERITIES, Finding
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,3 +86,41 @@ def test_every_format_written_in_pieces_is_what_render_gives():
         pieces = []
         write(result, format_name, pieces.append)
         assert "".join(pieces) == render(result, format_name)
+
+
+def scanned(matcher, ruleset, store_block: int | None) -> ScanResult:
+    """The pasted fixtures (many runs) as one input and each fixture as its own, findings in a
+    plain list or a FindingStore that compresses every `store_block` findings."""
+    checks = [r for r in ruleset.rules if r.kind == "check"]
+    findings = [] if store_block is None else FindingStore(block=store_block)
+    inputs = ["pasted.log", *[p.name for p in sorted((ROOT / "fixtures").glob("*.log"))][:6]]
+    for name in inputs:
+        text = PASTED if name == "pasted.log" else (ROOT / "fixtures" / name).read_text(errors="replace")
+        diagnoser = Diagnoser(checks, fact_names=ruleset.fact_names, keep_runs=False, sink=findings)
+        for event in matcher.scan_text(name, text):
+            diagnoser.add(event, render=False)
+        diagnoser.result()
+    return ScanResult(findings, inputs, rules=list(ruleset.rules))
+
+
+def test_findings_kept_compressed_give_every_format_the_same_report(ruleset, matcher):
+    listed = scanned(matcher, ruleset, None)
+    assert len(listed.findings) > 20
+    for block in (1, 3, 64):
+        stored = scanned(matcher, ruleset, block)
+        assert [asdict(f) for f in stored.findings] == [asdict(f) for f in listed.findings]
+        for format_name in format_names():
+            if format_name != "rich":  # rich is the plain report's panels (and depends on the terminal)
+                assert render(stored, format_name) == render(listed, format_name), (block, format_name)
+        assert render(redact_result(stored), "json") == render(redact_result(listed), "json")
+    assert "== pasted.log: run 2 ==" in render(stored, "text")  # headings come from the stored places
+
+
+def test_a_redacted_store_masks_every_finding_and_where_it_is():
+    secret = "sk-" + "a1B2c3D4" * 4
+    store = FindingStore([finding(i, "error", f"key {secret}") for i in range(1, 6)], block=2)
+    store.append(replace(finding(6, "error", "x"), source=f"/logs/{secret}.log", run=2))
+    redacted = redact_result(ScanResult(store, ["a.log"]))
+    assert isinstance(redacted.findings, FindingStore)
+    assert secret not in render(redacted, "text") and secret not in render(redacted, "json")
+    assert all(place.source == "a.log" or secret not in place.source for place in redacted.findings.places)

@@ -12,6 +12,7 @@ import click
 
 from triage import __version__
 from triage.diagnose import Diagnoser
+from triage.store import FindingStore
 from triage.matcher import Matcher
 from triage.live import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
 from triage.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
@@ -61,7 +62,7 @@ def scan_paths(
     follow: read the one path like tail -f; tee_to: pass the input through unchanged;
     standalone_checks: run the capacity checks that make findings of their own;
     jobs: processes for a plain file on disk (the events come in line order all the same)."""
-    findings, inputs, errors, skipped = [], [], [], []
+    findings, inputs, errors, skipped = FindingStore(), [], [], []  # findings: compressed as each run ends
     facts = {}
     interrupted = False
     checks = [rule for rule in matcher.rules if rule.kind == "check" and (standalone_checks or rule.attach_to)]
@@ -72,7 +73,7 @@ def scan_paths(
         except InputError as exc:
             errors.append(str(exc))
             continue
-        diagnoser = Diagnoser(checks, keep_text, fact_names, keep_runs=False)
+        diagnoser = Diagnoser(checks, keep_text, fact_names, keep_runs=False, sink=findings)
         try:
             not_a_log = sniff_binary(stream)
             if not_a_log:
@@ -99,9 +100,7 @@ def scan_paths(
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
-        result = diagnoser.result()
-        findings.extend(result.findings)
-        facts[name] = result.facts
+        facts[name] = diagnoser.result().facts  # result() adds the last run's findings to the sink
         if interrupted:
             break
     errors.extend(matcher.warnings)

@@ -30,6 +30,7 @@ from triage.expr import Expression, Missing, render
 from triage.facts import DEFAULTS, Names, Run, RunSplitter, derive, derive_these, holds
 from triage.kvcache import GIB, bytes_for_tokens, round_up
 from triage.ruleset import Rule, Step
+from triage.store import FindingStore
 from triage.types import Event, Finding
 
 __all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
@@ -60,17 +61,20 @@ def diagnose(events: Iterable[Event], keep_text: bool = False, checks: Sequence[
 class Diagnoser:
     def __init__(
         self, checks: Sequence[Rule] = (), keep_text: bool = False, fact_names: Iterable[str] | None = None,
-        keep_runs: bool = True,
+        keep_runs: bool = True, sink: FindingStore | None = None,
     ):
         """fact_names: every name a fact rule can set (RuleSet.fact_names); with them, an event
         whose `require` fails on its own numbers alone is not kept (flat memory on big logs).
         keep_runs False: result().runs is empty, and a run is let go as soon as the next begins
-        (its findings are worked out then: facts never cross runs)."""
+        (its findings are worked out then: facts never cross runs).
+        sink: where the findings of each run go once final (a FindingStore); result(), called
+        once, adds the last run's and gives the sink as its findings."""
         self.checks = [rule for rule in checks if rule.kind == "check"]
         self.keep_text = keep_text
         self.splitter = RunSplitter(keep_runs)
         self._run = self.splitter.current
-        self._ended: list[Finding] = []  # the findings of the runs that ended
+        self._sink = sink
+        self._ended: list[Finding] | FindingStore = [] if sink is None else sink  # the findings of the runs that ended
         self._last_ended: Run | None = None  # the last run that ended with facts or problems
         self._kept: list[Run] = []  # keep_runs: the runs that ended with facts or problems
         self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
@@ -130,7 +134,7 @@ class Diagnoser:
         self._folded.clear()  # the groups of the run that ended: the next run has none yet
 
     def result(self) -> Diagnosis:
-        findings = list(self._ended)
+        findings = list(self._ended) if self._sink is None else self._sink
         runs, last = list(self._kept), self._last_ended
         if self._run.problems or self._run.facts:
             findings.extend(self._run_findings(self._run))

@@ -14,6 +14,8 @@ from typing import Any
 
 import regex
 
+from triage.store import FindingStore
+
 MASK = "[REDACTED]"
 
 # Order matters: the specific shapes run before the generic "key=value" one, so a
@@ -109,6 +111,8 @@ def redact_value(value: Any) -> Any:
         return redact(value)
     if isinstance(value, list):
         return [redact_value(item) for item in value]
+    if isinstance(value, FindingStore):  # a scan's findings, kept compressed: masked into a new store
+        return value.mapped(redact_value)
     if isinstance(value, tuple):
         return tuple(redact_value(item) for item in value)
     if isinstance(value, dict):

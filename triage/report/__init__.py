@@ -10,21 +10,22 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triage.expr import PLACEHOLDER
 from triage.expr import format_value
-from triage.types import SEVERITIES, Finding, severity_rank
+from triage.store import Place, places_of, sorted_findings, take
+from triage.types import SEVERITIES, Finding
 
 TOOL_NAME = "vllm-triage"
 
 
 @dataclass(slots=True)
 class ScanResult:
-    findings: list[Finding]
+    findings: list[Finding]  # or a FindingStore (a scan's: read as they are used)
     inputs: list[str]
     errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules
     rules: list[Any] = field(default_factory=list)  # every rule that was run (for SARIF, JUnit)
@@ -32,9 +33,13 @@ class ScanResult:
     skipped: list[str] = field(default_factory=list)  # inputs opened but not logs (binary): not scanned
 
 
-def ordered(findings: list[Finding]) -> list[Finding]:
-    """Most severe first, then by where they are."""
-    return sorted(findings, key=lambda f: (-severity_rank(f.severity), f.source, f.line))
+def ordered(findings: Sequence[Finding]) -> Sequence[Finding]:
+    """Most severe first, then by where they are (a FindingStore's are read as they are used)."""
+    return sorted_findings(findings, report_order)
+
+
+def report_order(place: Place) -> tuple:
+    return -place.severity, place.source, place.line
 
 
 def checks(result: ScanResult) -> list[Any]:
@@ -42,8 +47,13 @@ def checks(result: ScanResult) -> list[Any]:
     return sorted((r for r in result.rules if getattr(r, "kind", "finding") != "fact"), key=lambda r: r.code)
 
 
+def severity_counts(findings: Sequence[Finding]) -> Counter:
+    """How many findings of each severity (a FindingStore's without reading them)."""
+    return Counter(SEVERITIES[place.severity] for place in places_of(findings))
+
+
 def summary_line(result: ScanResult) -> str:
-    counts = Counter(f.severity for f in result.findings)
+    counts = severity_counts(result.findings)
     if not result.findings:
         head = "no findings"
     else:
@@ -67,14 +77,18 @@ def where(finding: Finding) -> str:
     return text
 
 
-def by_run(findings: list[Finding]) -> list[tuple[str | None, list[Finding]]]:
+def by_run(findings: Sequence[Finding]) -> list[tuple[str | None, Sequence[Finding]]]:
     """Findings grouped by startup run, each group ordered; one group without a heading
     when no input holds more than one run."""
-    runs = sorted({(f.source, f.run) for f in findings})
+    places = places_of(findings)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for index, place in enumerate(places):
+        groups.setdefault((place.source, place.run), []).append(index)
+    runs = sorted(groups)
     if len(runs) == len({source for source, _ in runs}):
         return [(None, ordered(findings))]
     return [
-        (f"{source}: run {run}", ordered([f for f in findings if (f.source, f.run) == (source, run)]))
+        (f"{source}: run {run}", take(findings, sorted(groups[source, run], key=lambda i: report_order(places[i]))))
         for source, run in runs
     ]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 
 from triage import __version__
-from triage.report import ScanResult, ordered
+from triage.report import ScanResult, ordered, severity_counts
 from triage.types import SEVERITIES
 
 SCHEMA_VERSION = 1
@@ -34,12 +34,13 @@ def render(result: ScanResult) -> str:
 def pieces(result: ScanResult) -> Iterator[str]:
     """The document json.dumps(indent=2) would give, one finding at a time: a report of
     thousands of findings is never held whole (nor as dicts) on the way out."""
+    counts = severity_counts(result.findings)
     document = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "vllm-triage", "version": __version__},
         "inputs": result.inputs,
         "errors": result.errors,
-        "summary": {s: sum(f.severity == s for f in result.findings) for s in SEVERITIES},
+        "summary": {s: counts[s] for s in SEVERITIES},
         "findings": [],
     }
     head = json.dumps(document, indent=2, ensure_ascii=False)
