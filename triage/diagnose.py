@@ -15,7 +15,9 @@ under the same names. Then, per run:
   are its consequences.
 
 Diagnoser takes events one at a time, so a live stream can print each finding as soon
-as its line is read (with the facts seen so far); result() gives the whole picture.
+as its line is read (with the facts seen so far); result() gives the whole picture. A
+run's findings are final when the next run begins, so a scan works them out then and lets
+the run's events go: memory does not grow with the restarts a log holds.
 """
 
 from __future__ import annotations
