@@ -23,53 +23,52 @@ its first word to the docker-compose pattern.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
-import regex
-
-ANSI = regex.compile(r"\x1b\[[0-9;?]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
 
 COLLECTOR_PREFIXES = [
     # journald / syslog: "Aug 12 10:15:03 gpu-node-1 vllm[1234]: ", or journalctl -o short-iso
-    regex.compile(
+    re.compile(
         r"(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
         r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
         r" [\w.-]+ [\w.@/-]+\[\d+\]: "
     ),
     # ISO timestamps added by kubectl --timestamps, docker logs -t, log shippers
-    regex.compile(
+    re.compile(
         r"(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+"
     ),
     # kubectl logs --prefix: "[pod/vllm-0/vllm] "
-    regex.compile(r"\[pod/[^\]\s]+\] "),
+    re.compile(r"\[pod/[^\]\s]+\] "),
     # docker compose: "vllm-1  | " (the service name padded to the longest one)
-    regex.compile(r"[\w.-]+\s+\| ?"),
+    re.compile(r"[\w.-]+\s+\| ?"),
     # a markdown quote in an issue or a chat: "> "
-    regex.compile(r">+ ?(?=\S)"),
+    re.compile(r">+ ?(?=\S)"),
 ]
 PROCESS_PREFIXES = [
     # "(APIServer pid=1) ", "(VllmWorker rank=1 pid=42) ", "(RayWorkerWrapper pid=5, ip=10.0.0.1) "
-    regex.compile(r"\((?P<process>[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ?"),
+    re.compile(r"\((?P<process>[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ?"),
     # torch.distributed: "[rank1]: "
-    regex.compile(r"\[(?P<rank>rank\d+)\]: ?"),
+    re.compile(r"\[(?P<rank>rank\d+)\]: ?"),
 ]
 LOGGER_PREFIXES = [
     # vLLM: "INFO 08-12 10:15:03 [core.py:58] " and the older "INFO 08-12 10:15:03 core.py:58] "
-    regex.compile(
+    re.compile(
         r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d)"
         r"(?:\.\d+)? (?:\[[^\]\s]+:\d+\]|[^\s\]]+:\d+\]) ?"
     ),
     # uvicorn's own format: "INFO:     10.0.0.12:50312 - ..."
-    regex.compile(r"(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+"),
+    re.compile(r"(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+"),
 ]
 LAYERS = (COLLECTOR_PREFIXES, PROCESS_PREFIXES, LOGGER_PREFIXES)
 # Most lines are vLLM's own: an optional process tag, then the logger's prefix. No collector
 # prefix can start with "(" or a level word followed by a date, so this one match gives what
 # the layer loop would, at a fraction of the cost; anything else goes through the loop.
-VLLM_PREFIX = regex.compile(f"(?:{PROCESS_PREFIXES[0].pattern})?{LOGGER_PREFIXES[0].pattern}")
+VLLM_PREFIX = re.compile(f"(?:{PROCESS_PREFIXES[0].pattern})?{LOGGER_PREFIXES[0].pattern}")
 
-RAY_REPEAT = regex.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-RANK = regex.compile(
+RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+RANK = re.compile(
     r"rank=(?P<rank>\d+)"
     r"|\b(?:Worker|VllmWorker|EngineCore)[_ ](?P<parallel>(?:(?:[A-Z]{2,3})\d+_?)+)(?![\w])"
     r"|\bEngineCore_(?P<engine>\d+)\b"
@@ -155,7 +154,7 @@ def _strip_prefixes(parts: LineParts) -> None:
     parts.text = text
 
 
-def _first_match(prefixes: list[regex.Pattern], text: str) -> regex.Match | None:
+def _first_match(prefixes: list[re.Pattern], text: str) -> re.Match | None:
     for prefix in prefixes:
         match = prefix.match(text)
         if match and match.end() > 0:
