@@ -173,7 +173,7 @@ class Matcher:
             position = line_end + 1
             line_no += data.count(b"\n", counted_to, line_start)
             counted_to = line_start
-            if anchor in skip or any(data.find(m, line_start, line_end) >= 0 for m in skip):
+            if anchor in skip or _holds_any(data, skip, line_start, line_end):
                 if line_end < end:  # a request log line: prompt text quoting an error is not an event
                     line_no, counted_to = line_no + 1, line_end + 1
                 continue
@@ -343,10 +343,6 @@ class Matcher:
         cursor.warnings.append(message)
 
 
-def typed_fields(rule: Rule, groups: dict[str, str | None]) -> dict[str, Any]:
-    return field_reader(rule, list(groups))(groups)
-
-
 def field_reader(rule: Rule, names: list[str]) -> Callable[[dict[str, str | None]], dict[str, Any]]:
     """A pattern's groupdict -> its typed fields; the types are looked up once per pattern,
     not on every match (a metrics line matches two patterns a few times a second)."""
@@ -370,28 +366,38 @@ def field_reader(rule: Rule, names: list[str]) -> Callable[[dict[str, str | None
     return read
 
 
-def convert(kind: str, value: str) -> Any:
-    if kind == "int":
+def _to_int(value: str) -> int | None:
+    try:
+        return int(value)  # the usual case: digits alone
+    except ValueError:
         cleaned = value.replace(",", "").replace("_", "")
+    try:
+        return int(cleaned)
+    except ValueError:
         try:
-            return int(cleaned)
+            return int(float(cleaned))
         except ValueError:
-            try:
-                return int(float(cleaned))
-            except ValueError:
-                return None
-    if kind in ("float", "gib"):
+            return None
+
+
+def _to_float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
         try:
             return float(value.replace(",", ""))
         except ValueError:
             return None
-    return value
 
 
-_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
-    "flag": bool, "int": lambda value: convert("int", value), "float": lambda value: convert("float", value),
-    "gib": lambda value: convert("gib", value),
-}
+_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {"flag": bool, "int": _to_int, "float": _to_float, "gib": _to_float}
+
+
+def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: int) -> bool:
+    for marker in markers:
+        if data.find(marker, start, end) >= 0:
+            return True
+    return False
 
 
 def _joins(texts: list[str]) -> list[str]:
