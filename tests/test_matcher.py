@@ -6,6 +6,8 @@ import sys
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pathlib import Path
 from triage.anchors import ReEngine, derive, required_runs, trie_regex
@@ -77,6 +79,26 @@ def test_the_trie_finds_what_a_plain_alternation_finds():
     found = trie.found_in(text, 0, len(text))
     # the engine reports the longest anchor at a place; the matcher adds the ones inside it
     assert found == {b"max seq len (", b"max_model_len (", b"KV cache", b"Received request "}
+
+
+ENTRY_WORDS = [b"GPU 0: ", b"GPU 10: ", b"max_model_len", b"model_len (", b"Received request ", b"U KV cache usage:",
+               b"V cache usage:", b"qs, GP"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(st.sampled_from([*ENTRY_WORDS, b"\n", b"GET /v1/models ", b"U 0: ", b"ax_model", b"GPU 1", b" "]),
+                       max_size=30))
+def test_the_entry_pass_stops_on_every_line_that_holds_an_anchor(pieces):
+    """Entered at its rarest byte, an anchor is still reported whole, in the first line that holds one."""
+    text = b"".join(pieces)
+    engine, position, lines = ReEngine(ENTRY_WORDS), 0, []
+    while (hit := engine.search(text, position, len(text))) is not None:
+        start, end, anchor = hit
+        assert text[start:end] == anchor and anchor in ENTRY_WORDS
+        lines.append(text.count(b"\n", 0, start))
+        position = text.find(b"\n", end) + 1 or len(text)
+    holding = [n for n, line in enumerate(text.split(b"\n")) if any(word in line for word in ENTRY_WORDS)]
+    assert lines == holding
 
 
 @pytest.mark.parametrize("shape", generate.SHAPES)

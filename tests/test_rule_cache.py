@@ -150,9 +150,9 @@ def test_an_unreadable_entry_is_ignored(tmp_path, cache):
 def test_the_engines_cached_data_gives_the_same_matches(tmp_path, cache):
     path = user_rules(tmp_path)
     cold = events(load_rules([path]), engine="re")
-    assert entries(cache, "trie-") and entries(cache, "closure-")
+    assert entries(cache, "trie-") and entries(cache, "entry-") and entries(cache, "closure-")
     assert events(load_rules([path]), engine="re") == cold
-    for name in entries(cache, "trie-") + entries(cache, "closure-"):
+    for name in entries(cache, "trie-") + entries(cache, "entry-") + entries(cache, "closure-"):
         (cache / name).write_bytes(b"damaged")
     assert events(load_rules([path]), engine="re") == cold
 

@@ -74,6 +74,12 @@ INFO 05-01 11:29:40 [engine.py:310] Generating response for request cmpl-9f1c
 DEBUG 05-01 11:29:40 [client.py:12] HTTP Request: POST http://127.0.0.1:8000/v1/chat/completions "HTTP/1.1 200 OK"
 """
 NOISE_COST = 300
+# What the stdlib engine meets byte by byte: the noise above and a metrics line.
+_TYPICAL = (NOISE + (
+    "INFO 05-01 11:29:40 [loggers.py:123] Engine 000: Avg prompt throughput: 5865.9 tokens/s, Avg generation "
+    "throughput: 731.8 tokens/s, Running: 46 reqs, Waiting: 29 reqs, GPU KV cache usage: 26.3%, Prefix cache hit "
+    "rate: 75.7%\n"
+)).encode()
 
 
 def byte_cost(char: str) -> int:
@@ -274,27 +280,75 @@ def trie_regex(words: Iterable[bytes]) -> bytes:
     return emit(trie)
 
 
+def entry_point(anchor: bytes) -> int:
+    """Where in the anchor its rarest byte is (by the table above, then in typical
+    server-log text): the engine enters there."""
+    return min(range(len(anchor)), key=lambda at: (byte_cost(chr(anchor[at])), _TYPICAL_COUNTS[anchor[at]], at))
+
+
+_TYPICAL_COUNTS = [_TYPICAL.count(byte) for byte in range(256)]
+
+
+def entry_regex(anchors: Iterable[bytes]) -> bytes:
+    """Like trie_regex, but each anchor is entered at its rarest byte and the rest of it is
+    checked behind: `re` stops at every byte that can begin a match, and an anchor's first
+    byte is often one a log is full of ("GPU 0: " in every GET line; 'N' in every INFO).
+    Entered at 'U', "GPU 0: " is "U 0: (?<=GPU 0: )". Twice the speed on access logs."""
+    trie: dict = {}
+    for anchor in anchors:
+        node = trie
+        for byte in anchor[entry_point(anchor) :]:
+            node = node.setdefault(byte, {})
+        node.setdefault(None, []).append(anchor)
+
+    def emit(node: dict) -> bytes:
+        branches = [re.escape(bytes([byte])) + emit(child) for byte, child in sorted((k, v) for k, v in node.items() if k is not None)]
+        if None in node:  # anchors whose rest ends here: one of them must lie behind
+            behind = [b"(?<=" + re.escape(anchor) + b")" for anchor in node[None]]
+            branches.append(behind[0] if len(behind) == 1 else b"(?:" + b"|".join(behind) + b")")
+        return branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+
+    return emit(trie)
+
+
 @dataclass
 class ReEngine:
-    """The stdlib engine: `re` on bytes, no extra dependency."""
+    """The stdlib engine: `re` on bytes, no extra dependency. The pass over a chunk enters
+    each anchor at its rarest byte (entry_regex); a candidate line's anchors are listed
+    with the prefix trie (trie_regex), which finds the longest at each place."""
 
     anchors: list[bytes]
     name: str = "re"
     trie: bytes | None = field(default=None, repr=False)  # trie_regex(anchors), when known already
-    pattern: re.Pattern = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.pattern = re.compile(self.trie if self.trie is not None else trie_regex(self.anchors))
+    entry: bytes | None = field(default=None, repr=False)  # entry_regex(anchors), when known already
+    # both compiled on first use: a closure computation only lists anchors
+    pattern: re.Pattern | None = field(default=None, init=False)  # the prefix trie
+    entered: re.Pattern | None = field(default=None, init=False)
+    ends: dict[bytes, list[bytes]] = field(default_factory=dict, init=False)  # text from an entry on -> its anchors
 
     def new_chunk(self) -> None:
         """The reader refilled its buffer: nothing is cached here."""
 
     def search(self, buffer: bytes | bytearray, start: int, end: int) -> tuple[int, int, bytes] | None:
-        hit = self.pattern.search(buffer, start, end)
-        return None if hit is None else (hit.start(), hit.end(), bytes(hit.group()))
+        """The first anchor in buffer[start:end] by where it is entered: in the first line
+        that holds one (an anchor never spans lines: the matcher searches from a line start)."""
+        if self.entered is None:
+            self.entered = re.compile(self.entry if self.entry is not None else entry_regex(self.anchors))
+            for anchor in self.anchors:
+                self.ends.setdefault(anchor[entry_point(anchor) :], []).append(anchor)
+        hit = self.entered.search(buffer, start, end)
+        if hit is None:
+            return None
+        hit_end = hit.end()
+        for anchor in self.ends[bytes(hit.group())]:
+            if buffer[hit_end - len(anchor) : hit_end] == anchor:
+                return hit_end - len(anchor), hit_end, anchor
+        raise AssertionError("an entry hit without its anchor")  # the lookbehind saw one of them
 
     def found_in(self, buffer: bytes | bytearray, start: int, end: int) -> set[bytes]:
         """Every anchor in buffer[start:end], overlapping ones included."""
+        if self.pattern is None:
+            self.pattern = re.compile(self.trie if self.trie is not None else trie_regex(self.anchors))
         found = set()
         hit = self.pattern.search(buffer, start, end)
         while hit is not None:
@@ -387,14 +441,16 @@ class HyperscanEngine:
 MIN_CACHED_ANCHORS = 64
 
 
-def cached_trie_regex(anchors: list[bytes]) -> bytes:
-    """trie_regex, from the rule cache when these anchors were seen before (30 ms for 600)."""
+def cached_regex(build: Callable[[list[bytes]], bytes], anchors: list[bytes]) -> bytes:
+    """build(anchors) (trie_regex, entry_regex), from the rule cache when these anchors were
+    seen before (30 ms for 600)."""
     if len(anchors) < MIN_CACHED_ANCHORS:
-        return trie_regex(anchors)
-    name = f"trie-{rulecache.entry_key('trie', *anchors)}.re"
+        return build(anchors)
+    kind = build.__name__.removesuffix("_regex")  # trie, entry
+    name = f"{kind}-{rulecache.entry_key(kind, *anchors)}.re"
     source = rulecache.read(name)
     if source is None:
-        source = trie_regex(anchors)
+        source = build(anchors)
         rulecache.write(name, source)
     return source
 
@@ -462,4 +518,4 @@ def make_engine(anchors: list[bytes], prefer: str = "auto") -> ReEngine | Hypers
         except ImportError:
             if prefer == "hyperscan":
                 raise
-    return ReEngine(anchors, trie=cached_trie_regex(anchors))
+    return ReEngine(anchors, trie=cached_regex(trie_regex, anchors), entry=cached_regex(entry_regex, anchors))
