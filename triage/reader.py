@@ -143,7 +143,10 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = 
     dropping = False  # inside the rest of a line that was cut
     while True:
         if filled == len(buffer) and filled >= max_line:
-            yield Chunk(bytes(view[:filled]) + b"\n", line_no)
+            view.release()
+            buffer[filled:] = b"\n"  # stands for the real one; a byte more, not a copy of the line
+            view = memoryview(buffer)
+            yield Chunk(buffer, line_no, end=filled + 1)
             line_no += 1
             filled, dropping = 0, True
         elif filled == len(buffer):  # one line longer than the buffer: grow it
