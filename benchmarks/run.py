@@ -22,6 +22,7 @@ set has grown past 30).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import random
@@ -131,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     scanner = shutil.which("vllm-triage", path=str(Path(sys.executable).parent)) or "vllm-triage"
     grep = shutil.which("grep") or "grep"
     env = dict(os.environ, LC_ALL="C")
+    # As installed: pip compiles the modules; without their .pyc (PYTHONDONTWRITEBYTECODE, a
+    # fresh checkout) every run would compile them again, 20 ms or more of start-up.
+    compileall.compile_dir(str(ROOT / "triage"), quiet=1)
     builtin = len(load_rules().rules)
     engine = Matcher(load_rules()).engine
     print(f"engine: {engine.name if engine else 'none'}; {builtin} built-in rules; {size / 2**20:.0f} MiB per shape"
