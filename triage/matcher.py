@@ -213,18 +213,18 @@ class Matcher:
         line_end = buffer.find(b"\n", line_start, limit)
         line_end = limit if line_end < 0 else line_end
         selection = self._targets_in(buffer, line_start, line_end)
-        if reported:
-            targets = [t for t in selection.every if t.rule.code not in reported]
-        if reported and targets:  # the line alone was matched already: only its continuation is new
-            lines = _Lines(buffer, line_start, line_end, line_no, limit)
-            if lines.next_may_continue():  # as _match_line does after a match on the line alone
-                text = lines.parts(0).text
-                rest = [t for t in targets if self._cut_short(t, text)]
-                events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
-                self._mark_hosted(events, lines)
-                yield from events
-        elif not reported and selection.every:
-            yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no, limit), selection, cursor)
+        if not reported:
+            if selection.every:
+                yield from self._match_line(source, _Lines(buffer, line_start, line_end, line_no, limit), selection, cursor)
+            return
+        targets = [t for t in selection.every if t.rule.code not in reported]
+        lines = _Lines(buffer, line_start, line_end, line_no, limit)
+        if targets and lines.next_may_continue():  # the line alone was matched already: only its continuation is new
+            text = lines.parts(0).text  # (as _match_line does after a match on the line alone)
+            rest = [t for t in targets if self._cut_short(t, text)]
+            events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
+            self._mark_hosted(events, lines)
+            yield from events
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
         """The events of one line on its own (live: the lines after it are not read yet)."""
@@ -390,7 +390,9 @@ def _to_float(value: str) -> float | None:
             return None
 
 
-_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {"flag": bool, "int": _to_int, "float": _to_float, "gib": _to_float}
+_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
+    "flag": bool, "int": _to_int, "float": _to_float, "gib": _to_float,
+}
 
 
 def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: int) -> bool:
