@@ -4,14 +4,15 @@ One anchor pass over each chunk finds candidate lines. The anchors are literal
 texts every match of a pattern holds (triage.anchors derives them from the
 regexes; a rule's hand-written keywords stand in where that gives nothing good),
 plus the skip markers. Only candidate lines are decoded (records.py), and only
-the patterns whose anchors the line holds are run on them. A line holding a skip
+the patterns whose anchors the line holds are run on them (on the line alone: those
+whose anchors it holds all of). A line holding a skip
 marker (vLLM's request log, which quotes whole prompts) is never an event and is
 passed over to its end without looking at the prompt. A message wrapped over up
 to three lines is joined before matching.
 
-Chunks are scanned in place: a candidate line whose neighbours lie in the
-previous or the next chunk is matched on a small buffer joined around the seam,
-so a message cut by a chunk boundary is still found, and nothing is copied
+Chunks are scanned in place, in the reader's buffer: a candidate line whose
+neighbours lie in the previous or the next chunk is copied with them into a small
+buffer, so a message cut by a chunk boundary is still found, and nothing is copied
 otherwise. Lines are counted (newlines only, so `sed -n Np` finds them) as the scan
 moves, passing over the bytes of request-log lines, so no separate pass counts them.
 """
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.anchors import ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, needs_keywords, strong_anchor
+from triage.anchors import (
+    ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, needs_keywords, strong_anchor,
+)
 from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
 from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
