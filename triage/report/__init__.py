@@ -158,10 +158,6 @@ _PIECES = {
 }
 
 
-def _formatters() -> dict[str, Callable[[ScanResult], str]]:
-    return {name: _formatter(name) for name in _FORMATS}
-
-
 def _formatter(format_name: str) -> Callable[[ScanResult], str]:
     import importlib
 
