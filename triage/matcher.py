@@ -19,6 +19,7 @@ moves, passing over the bytes of request-log lines, so no separate pass counts t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from triage.reader import Chunk
 from triage.records import LineParts, join_variants, parse_line
 from triage.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
 from triage.types import Event, Record
+from triage.watchdog import Watchdog
 
 CONTEXT_LINES = 2  # a message may continue over this many lines before or after its anchor
 # Relative line windows tried when a candidate line does not match on its own.
@@ -46,6 +48,7 @@ MAX_EXCERPT = 600
 MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
 MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
 HOSTED_STAGES = {"request"}
+WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in patterns
 
 
 @dataclass(slots=True)
@@ -63,7 +66,8 @@ class _Target:
     pattern: Pattern
     pattern_index: int
     needs: frozenset[bytes]  # anchors a line holds all of when it matches alone; empty: keywords, any one
-    search: Any = None  # the compiled pattern's search, bound on first use
+    builtin: bool  # a built-in pattern: tested to match alike with stdlib re
+    search: Any = None  # text -> match or None, bounded in time; made on first use
     read_fields: Any = None  # its groupdict -> typed fields, made on its first match
 
 
@@ -92,6 +96,7 @@ class Matcher:
         self.targets = self._targets()
         self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
+        self._watched = False  # the targets' searches use stdlib re under the watchdog
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine) if all_anchors else None
 
@@ -114,7 +119,7 @@ class Matcher:
                     needs: frozenset[bytes] = frozenset()
                 else:
                     needs = frozenset(anchor.encode() for anchor in anchors)  # each is text the pattern requires
-                target = _Target(rule, index, pattern, pattern_index, needs)
+                target = _Target(rule, index, pattern, pattern_index, needs, rule.file in builtin)
                 for anchor in anchors:
                     targets.setdefault(anchor.encode(), []).append(target)
         return targets
@@ -128,6 +133,18 @@ class Matcher:
 
     def scan(self, source: str, chunks: Iterable[Chunk]) -> Iterator[Event]:
         """Events in the order of the lines they start on."""
+        watched = WATCHDOG.arm()
+        try:
+            yield from self._scan(source, chunks, watched)
+        finally:
+            if watched:
+                WATCHDOG.disarm()
+
+    def _scan(self, source: str, chunks: Iterable[Chunk], watched: bool) -> Iterator[Event]:
+        if watched != self._watched:  # the searches bound so far are for the other kind
+            for target in {id(t): t for targets in self.targets.values() for t in targets}.values():
+                target.search = None
+            self._watched = watched
         cursor = _Cursor()
         history = _History()  # the last lines read, for a candidate at the start of a chunk
         pending: list[_Pending] = []  # candidates at the end of the last chunk
@@ -314,11 +331,9 @@ class Matcher:
             rule, pattern = target.rule, target.pattern
             if target.rule_index == matched_rule or (disabled and (rule.code, pattern.id) in disabled):
                 continue
-            search = target.search
-            if search is None:
-                search = target.search = pattern.compiled.search
+            search = target.search or self._bind_search(target)
             try:
-                match = search(text, timeout=MATCH_TIMEOUT)
+                match = search(text)
             except TimeoutError:
                 self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                 continue
@@ -334,6 +349,15 @@ class Matcher:
             events.append(Event(rule, record, fields, match.group(0)[:MAX_EXCERPT], pattern.id, pattern.hosted))
             matched_rule = target.rule_index
         return events
+
+    def _bind_search(self, target: _Target) -> Callable[[str], Any]:
+        """A built-in pattern searches with stdlib re under the watchdog where it can run (the
+        main thread on POSIX): two to four times quicker on a line. Others keep regex's timeout."""
+        if self._watched and target.builtin:
+            target.search = WATCHDOG.bound(re.compile(target.pattern.compiled.pattern).search)
+        else:
+            target.search = functools.partial(target.pattern.compiled.search, timeout=MATCH_TIMEOUT)
+        return target.search
 
     def _timed_out(self, code: str, pattern_id: str, where: str, cursor: _Cursor) -> None:
         """Warn; after MAX_TIMEOUTS the pattern is off, so a backtracking rule costs seconds, not hours."""
