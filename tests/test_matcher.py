@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pathlib import Path
-from triage.anchors import ReEngine, derive, required_runs, trie_regex
+from triage.anchors import ReEngine, derive, entry_points, required_runs, trie_regex
 from triage.diagnose import diagnose
 from triage.matcher import Matcher
 from triage.reader import iter_chunks
@@ -99,6 +99,24 @@ def test_the_entry_pass_stops_on_every_line_that_holds_an_anchor(pieces):
         position = text.find(b"\n", end) + 1 or len(text)
     holding = [n for n, line in enumerate(text.split(b"\n")) if any(word in line for word in ENTRY_WORDS)]
     assert lines == holding
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "process-tagged"])
+def test_the_entry_pass_stops_at_few_bytes_of_a_busy_access_log(ruleset, tagged):
+    """Every built-in anchor is entered at a byte of one small set, chosen as a whole, that
+    access lines hold few of, with V1's "(APIServer pid=N) " tag in front or not. Entering
+    each anchor at its own rarest byte stopped at 1.6% of the bytes of plain lines and 6.5%
+    of tagged ones (at every '(', ')' and '='); entering at first bytes (a space, 'I', a
+    digit) would stop several times in every line."""
+    anchors = Matcher(ruleset, engine="re").anchors
+    entries = entry_points(anchors)
+    assert set(entries) == set(anchors) and all(0 <= at < len(anchor) for anchor, at in entries.items())
+    writer = generate.LogWriter("access-log", seed=3, out=io.BytesIO(), pool_blocks=1)
+    writer.tagged = tagged
+    lines = (writer.access_line() if n % 40 else writer.aborted_line() if n % 80 else writer.metrics_line() for n in range(4000))
+    sample = "".join(lines).encode()
+    stops = sum(sample.count(byte) for byte in {anchor[at] for anchor, at in entries.items()})
+    assert stops / len(sample) < 0.014
 
 
 @pytest.mark.parametrize("shape", generate.SHAPES)
