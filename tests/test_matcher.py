@@ -113,7 +113,9 @@ def test_the_entry_pass_stops_at_few_bytes_of_a_busy_access_log(ruleset, tagged)
     assert set(entries) == set(anchors) and all(0 <= at < len(anchor) for anchor, at in entries.items())
     writer = generate.LogWriter("access-log", seed=3, out=io.BytesIO(), pool_blocks=1)
     writer.tagged = tagged
-    lines = (writer.access_line() if n % 40 else writer.aborted_line() if n % 80 else writer.metrics_line() for n in range(4000))
+    lines = (
+        writer.access_line() if n % 40 else writer.aborted_line() if n % 80 else writer.metrics_line() for n in range(4000)
+    )
     sample = "".join(lines).encode()
     stops = sum(sample.count(byte) for byte in {anchor[at] for anchor, at in entries.items()})
     assert stops / len(sample) < 0.014

@@ -99,7 +99,7 @@ class Matcher:
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
-        self.engine = make_engine(all_anchors, engine) if all_anchors else None
+        self.engine = make_engine(all_anchors, engine, self.skip_markers) if all_anchors else None
 
     def _targets(self) -> dict[bytes, list[_Target]]:
         """Anchor -> the patterns a line holding it may match."""
