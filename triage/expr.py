@@ -14,10 +14,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
-
-import regex
 
 from triage import kvcache
 
@@ -226,12 +225,12 @@ def _compile_first(args: list[Compiled]) -> Compiled:
     return first
 
 
-PLACEHOLDER = regex.compile(r"\{(?P<name>[A-Za-z_]\w*)(?::(?P<spec>[^{}]*))?\}")
+PLACEHOLDER = re.compile(r"\{(?P<name>[A-Za-z_]\w*)(?::(?P<spec>[^{}]*))?\}")
 
 
 # What may follow the colon in {name:spec}: a hostile width ({n:>999999999}) would build
 # a string of that many characters, so widths and precisions are kept to two digits.
-SAFE_SPEC = regex.compile(r"pct|d|[<>^]?\d{0,2},?(?:\.\d{1,2})?[dfeg%]?")
+SAFE_SPEC = re.compile(r"pct|d|[<>^]?\d{0,2},?(?:\.\d{1,2})?[dfeg%]?")
 
 
 def template_names(template: str) -> set[str]:
@@ -252,7 +251,7 @@ def render(template: str, names: Mapping[str, Any]) -> str:
     Spec ``,`` groups thousands; ``.2f`` etc. as in Python; ``pct`` prints 0.123 as 12.3%.
     """
 
-    def fill(match: regex.Match) -> str:
+    def fill(match: re.Match) -> str:
         value = names.get(match.group("name"))
         if value is None:
             raise Missing(match.group("name"))

@@ -16,11 +16,10 @@ so they stay in one run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import regex
 
 from triage import gpus
 from triage.expr import Expression, Missing
@@ -31,7 +30,7 @@ from triage.types import Event
 DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
 # Rule names of the startup markers, in the order one startup prints them.
 RUN_MARKERS = {"server-version": 0, "non-default-args": 1, "engine-config": 2}
-PID = regex.compile(r"\s*\bpid=\d+,?")
+PID = re.compile(r"\s*\bpid=\d+,?")
 # Set with total_gib when the GPU table gave it (the log named the card, not its memory);
 # a line that prints the card's memory replaces both.
 TOTAL_FROM = "total_gib_from"

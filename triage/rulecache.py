@@ -17,6 +17,7 @@ written is skipped silently.
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -64,10 +65,8 @@ def entry_key(kind: str, *parts: bytes) -> str:
 def _code_salt() -> bytes:
     global _salt
     if _salt is None:
-        import regex  # already loaded: ruleset compiles with it
-
         digest = blake2b(FORMAT, digest_size=20)
-        digest.update(f"{__version__} {sys.version} {regex.__version__}".encode())
+        digest.update(f"{__version__} {sys.version} {_regex_files()}".encode())
         here = Path(__file__).resolve().parent
         for name in DERIVING_MODULES:
             try:
@@ -76,6 +75,19 @@ def _code_salt() -> bytes:
                 digest.update(name.encode())
         _salt = digest.digest()
     return _salt
+
+
+def _regex_files() -> str:
+    """The installed regex module (which checked the cached patterns), told by its files'
+    sizes and times rather than its version: importing it to ask costs 13 ms of a start-up
+    that may never need it."""
+    try:
+        spec = importlib.util.find_spec("regex")
+        folder = Path(spec.origin).parent if spec is not None and spec.origin else None
+        files = sorted(os.scandir(folder), key=lambda entry: entry.name) if folder else []
+        return " ".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.is_file())
+    except (ImportError, OSError, ValueError):
+        return "regex unknown"
 
 
 def read(name: str) -> bytes | None:

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import regex
-
 from triage import rulecache
 from triage.anchors import anchors_for, derived_anchors, keyword_source, needs_keywords, remember_anchors
 from triage.expr import Expression, ExprError, check_template, template_names
@@ -404,6 +402,8 @@ def _parse_pattern(
         compiled = LazyRegex(expanded)
         fields = list(dict.fromkeys(GROUP_NAME.findall(expanded)))
     else:
+        import regex  # on first need: with built-in rules only, a scan may never import it (13 ms)
+
         try:
             compiled = regex.compile(expanded)
         except (regex.error, RecursionError, OverflowError) as exc:
@@ -439,6 +439,8 @@ class LazyRegex:
         if name.startswith("__"):  # copy and pickle probe for these: not the regex's
             raise AttributeError(name)
         if self._compiled is None:
+            import regex
+
             self._compiled = regex.compile(self.pattern)
             for slot in LazyRegex.__slots__[2:]:
                 setattr(self, slot, getattr(self._compiled, slot))

@@ -6,7 +6,6 @@ turn a ScanResult into text. Add a format by adding a module and one entry there
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import Counter
@@ -116,6 +115,8 @@ def fingerprint(finding: Finding) -> str:
     """Stable across log rotation and re-runs: rule, input and numbers, never the line."""
     numbers = json.dumps(finding.fields, sort_keys=True, default=str, separators=(",", ":"))
     key = "\0".join((finding.code, relative_path(finding.source), numbers))
+    import hashlib  # SARIF only: loading OpenSSL costs 4-11 ms of every start-up
+
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
