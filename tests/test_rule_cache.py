@@ -97,6 +97,22 @@ def test_an_edited_rule_file_is_read_again(tmp_path, cache):
     assert len(entries(cache, "rules-")) == 7  # one more: the old entry is never served for the new bytes
 
 
+@pytest.mark.parametrize("module", ["regex", "yaml"])
+def test_another_regex_or_pyyaml_does_not_meet_the_entries_the_old_one_made(tmp_path, cache, monkeypatch, module):
+    path = user_rules(tmp_path)
+    load_rules([path])
+    before = entries(cache, "rules-")
+    files = rulecache._module_files
+
+    def upgraded(name):
+        return files(name) + (" _main.py:40000:1" if name == module else "")  # a file of another size and time
+
+    monkeypatch.setattr(rulecache, "_module_files", upgraded)
+    monkeypatch.setattr(rulecache, "_salt", None)
+    load_rules([path])
+    assert len(entries(cache, "rules-")) == 2 * len(before)  # every file read and stored again
+
+
 def test_a_file_with_an_error_is_never_cached_and_fails_every_time(tmp_path, cache):
     path = tmp_path / "bad.yaml"
     path.write_text(RULE_FILE.format(title="x").replace("n * 2", "n ** 2"))

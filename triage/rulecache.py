@@ -66,7 +66,7 @@ def _code_salt() -> bytes:
     global _salt
     if _salt is None:
         digest = blake2b(FORMAT, digest_size=20)
-        digest.update(f"{__version__} {sys.version} {_regex_files()}".encode())
+        digest.update(f"{__version__} {sys.version} {_module_files('regex')} {_module_files('yaml')}".encode())
         here = Path(__file__).resolve().parent
         for name in DERIVING_MODULES:
             try:
@@ -77,17 +77,17 @@ def _code_salt() -> bytes:
     return _salt
 
 
-def _regex_files() -> str:
-    """The installed regex module (which checked the cached patterns), told by its files'
-    sizes and times rather than its version: importing it to ask costs 13 ms of a start-up
-    that may never need it."""
+def _module_files(module: str) -> str:
+    """An installed module the cached entries depend on (regex checked their patterns, PyYAML
+    read their files), told by its files' sizes and times rather than its version: importing
+    it to ask would cost a start-up that may never need it (13 ms for regex)."""
     try:
-        spec = importlib.util.find_spec("regex")
+        spec = importlib.util.find_spec(module)
         folder = Path(spec.origin).parent if spec is not None and spec.origin else None
         files = sorted(os.scandir(folder), key=lambda entry: entry.name) if folder else []
         return " ".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.is_file())
     except (ImportError, OSError, ValueError):
-        return "regex unknown"
+        return f"{module} unknown"
 
 
 def read(name: str) -> bytes | None:
