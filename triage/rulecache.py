@@ -16,8 +16,8 @@ written is skipped silently.
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -83,8 +83,10 @@ def _module_files(module: str) -> str:
     it to ask would cost a start-up that may never need it (13 ms for regex)."""
     try:
         spec = importlib.util.find_spec(module)
-        folder = Path(spec.origin).parent if spec is not None and spec.origin else None
-        files = sorted(os.scandir(folder), key=lambda entry: entry.name) if folder else []
+        if spec is None or not spec.origin:
+            return f"{module} unknown"
+        origin = Path(spec.origin)
+        files = [origin] if spec.submodule_search_locations is None else sorted(origin.parent.iterdir())
         return " ".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.is_file())
     except (ImportError, OSError, ValueError):
         return f"{module} unknown"
