@@ -12,6 +12,7 @@ import regex
 from tests.conftest import FIXTURES
 from triage import matcher as matcher_module
 from triage.matcher import Matcher
+from triage.records import parse_line
 from triage.ruleset import load_rules
 from triage.watchdog import Watchdog
 
@@ -34,7 +35,8 @@ def outcome(match):
 def test_every_builtin_pattern_matches_alike_with_re_and_regex():
     texts = [example.text for rule in load_rules().rules for example in rule.examples]
     lines = fixture_lines()
-    texts += lines + [a + " " + b for a, b in zip(lines, lines[1:])]  # and wrapped messages joined
+    decoded = [parse_line(line.encode()).text for line in lines]  # what the matcher searches
+    texts += lines + decoded + [a + " " + b for a, b in zip(decoded, decoded[1:])]  # and wrapped messages joined
     checked = 0
     for rule in load_rules().rules:
         for pattern in rule.patterns:
