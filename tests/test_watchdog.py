@@ -5,17 +5,18 @@ import gzip
 import re
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 import regex
 
-from tests.conftest import FIXTURES
 from triage import matcher as matcher_module
 from triage.matcher import Matcher
 from triage.records import parse_line
 from triage.ruleset import load_rules
 from triage.watchdog import Watchdog
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BACKTRACKING = re.compile(r"(?:a|aa)+$")  # exponential on a run of 'a' that does not end the text
 HOSTILE = "a" * 60 + "!"
 
