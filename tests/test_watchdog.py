@@ -1,6 +1,7 @@
 """Built-in patterns search with stdlib re, bounded in time by a watchdog signal: they must
 match exactly as with the regex module, and a search that backtracks must still stop."""
 
+import functools
 import gzip
 import re
 import signal
@@ -116,3 +117,19 @@ def test_a_builtin_pattern_that_backtracks_is_cut_short_named_and_turned_off(mon
     assert "off for the rest of the scan" in matcher.warnings[2]
     assert len(matcher.warnings) == 3
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL  # the scan gave the alarm back
+
+
+def test_a_scan_off_the_main_thread_searches_with_regex_and_finds_the_same(ruleset):
+    """Signals reach only the main thread: a scan in another thread keeps regex and its timeout."""
+    text = "".join(line + "\n" for line in fixture_lines())
+
+    def events(matcher):
+        return [(e.rule.code, e.record.line, e.pattern_id, e.fields) for e in matcher.scan_text("all.log", text)]
+
+    on_main = events(Matcher(ruleset))
+    found, matcher = [], Matcher(ruleset)
+    thread = threading.Thread(target=lambda: found.append(events(matcher)))
+    thread.start()
+    thread.join()
+    assert found == [on_main] and len(on_main) > 50
+    assert all(isinstance(t.search, functools.partial) for ts in matcher.targets.values() for t in ts if t.search)
