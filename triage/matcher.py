@@ -78,6 +78,7 @@ class _Selection:
 
     every: list[_Target]  # any of its anchors is there: it may match a message wrapped over lines
     alone: list[_Target]  # all of its anchors are there: it may match the line on its own
+    hosted: bool  # some are request rules: a hosted API may have sent their message
 
 
 class Matcher:
@@ -267,7 +268,7 @@ class Matcher:
         text = lines.parts(0).text
         rest = [t for t in targets if self._cut_short(t, text)]
         events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
-        self._mark_hosted(events, lines)
+        self._mark_hosted(events, lines, selection)
         return events
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
@@ -280,7 +281,7 @@ class Matcher:
         lines = _Lines(buffer, line_start, line_end, line_no)
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
-        self._mark_hosted(events, lines)
+        self._mark_hosted(events, lines, selection)
         return events
 
     def _targets_in(self, buffer: bytes, start: int, end: int) -> _Selection:
@@ -291,7 +292,8 @@ class Matcher:
             held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
             chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
             every = [chosen[key] for key in sorted(chosen)]
-            selection = _Selection(every, [t for t in every if t.needs <= held])
+            hosted = any(t.rule.stage in HOSTED_STAGES for t in every)
+            selection = _Selection(every, [t for t in every if t.needs <= held], hosted)
             if len(self._targets_for) < MAX_TARGET_SETS:
                 self._targets_for[found] = selection
         return selection
@@ -309,11 +311,11 @@ class Matcher:
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
             if rest:
                 events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
-        self._mark_hosted(events, lines)
+        self._mark_hosted(events, lines, selection)
         return events
 
-    def _mark_hosted(self, events: list[Event], lines: _Lines) -> None:
-        if any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
+    def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
+        if selection.hosted and any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
             context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
             hosted = any(marker in context for marker in self.hosted_markers)
             for event in events:
