@@ -13,7 +13,7 @@ from pathlib import Path
 from triage.anchors import ReEngine, derive, entry_points, required_runs, trie_regex
 from triage.diagnose import diagnose
 from triage.matcher import Matcher
-from triage.reader import iter_chunks
+from triage.reader import Chunk, iter_chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -169,3 +169,27 @@ def test_built_in_patterns_compiled_on_first_use_have_the_regex_fields(ruleset):
     for rule in ruleset.rules:
         for pattern in rule.patterns:
             assert pattern.fields == list(regex.compile(pattern.compiled.pattern).groupindex), (rule.code, pattern.id)
+
+
+def test_ctrl_c_while_a_chunk_is_matched_still_hands_on_what_was_matched_before_it(ruleset, monkeypatch):
+    """Events go on in bursts; an interrupt in the middle of one must not lose the lines matched so far."""
+    line = ("ERROR 03-02 09:14:{n:02d} [serving_chat.py:212] This model's maximum context length is 8192 tokens. "
+            "However, you requested 9{n:03d} tokens (8{n:03d} in the messages, 1000 in the completion). "
+            "Please reduce the length of the messages or completion.\n")
+    text = "INFO 03-02 09:14:00 [api_server.py:1] starting\n" * 3 + "".join(line.format(n=n) for n in range(6))
+    text += "INFO 03-02 09:15:00 [api_server.py:1] still serving\n" * 3
+    matcher = Matcher(ruleset)
+    match_line, calls = matcher._match_line, []
+
+    def interrupted_at_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return match_line(*args, **kwargs)
+
+    monkeypatch.setattr(matcher, "_match_line", interrupted_at_the_fourth)
+    found = []
+    with pytest.raises(KeyboardInterrupt):
+        for event in matcher.scan("server.log", [Chunk(text.encode(), 1)]):
+            found.append((event.rule.code, event.record.line, event.fields["requested"]))
+    assert found == [("VT101", 4, 9000), ("VT101", 5, 9001), ("VT101", 6, 9002)]

@@ -187,25 +187,29 @@ class Matcher:
         tail_start = _start_of_last_lines(data, CONTEXT_LINES, end)
         head_end = _end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
         events: list[Event] = []
-        for line_start, line_end, line_no, selection in candidates:
-            if line_no <= cursor.consumed_until:
-                continue
-            if line_start >= tail_start:  # its next lines are in the next chunk
-                buffer, offset = _around(data, line_start, end, history)
-                reported: frozenset[str] = frozenset()
-                if self.live:
-                    alone = self._match_alone(source, buffer, offset, line_no, cursor)
-                    reported = frozenset(event.rule.code for event in alone)
-                    events += alone
-                pending.append(_Pending(buffer, offset, line_no, reported))
-            elif line_start < head_end:
-                buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
-                events += self._match_at(source, buffer, offset, line_no, cursor)
-            elif selection.every:
-                events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
-            if len(events) >= EVENT_BURST:
-                yield from events
-                events = []
+        try:
+            for line_start, line_end, line_no, selection in candidates:
+                if line_no <= cursor.consumed_until:
+                    continue
+                if line_start >= tail_start:  # its next lines are in the next chunk
+                    buffer, offset = _around(data, line_start, end, history)
+                    reported: frozenset[str] = frozenset()
+                    if self.live:
+                        alone = self._match_alone(source, buffer, offset, line_no, cursor)
+                        reported = frozenset(event.rule.code for event in alone)
+                        events += alone
+                    pending.append(_Pending(buffer, offset, line_no, reported))
+                elif line_start < head_end:
+                    buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
+                    events += self._match_at(source, buffer, offset, line_no, cursor)
+                elif selection.every:
+                    events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
+                if len(events) >= EVENT_BURST:
+                    yield from events
+                    events = []
+        except KeyboardInterrupt:  # Ctrl-C: what was matched before it is still reported
+            yield from events
+            raise
         yield from events
         return lines
 
