@@ -43,6 +43,7 @@ WORDS = (
     "context length budget invoice customer order shipment weather paris tokyo python rust "
     "kernel gradient layer attention head sequence scheduler block page latency throughput"
 ).split()
+TAGS = {"seeded": None, "on": True, "off": False}
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/embeddings")
 
 
@@ -178,14 +179,16 @@ ALL_EVENTS = REQUEST_EVENTS + STARTUP_EVENTS
 
 
 class LogWriter:
-    def __init__(self, shape: str, seed: int, out: BinaryIO, pool_blocks: int = POOL_BLOCKS):
+    def __init__(self, shape: str, seed: int, out: BinaryIO, pool_blocks: int = POOL_BLOCKS, tagged: bool | None = None):
+        """tagged: V1's process tag on every line; None: as the seed picks (half of the seeds)."""
         self.shape = shape
         self.rng = random.Random(seed)
         self.out = out
         self.written = 0
         self.counts: Counter[str] = Counter()
         self.decoys = 0
-        self.tagged = self.rng.random() < 0.5  # a server that tags its lines (0.10 - 0.30)
+        seeded = self.rng.random() < 0.5  # a server that tags its lines (0.10 - 0.30); drawn either way
+        self.tagged = seeded if tagged is None else tagged
         self.pool = self._noise_pool(pool_blocks)
 
     # prefixes ------------------------------------------------------------------------------
@@ -376,9 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("-o", "--output", default="-", help="file to write, or - for stdout")
     parser.add_argument("--counts", help="write the injected counts here as JSON")
+    parser.add_argument("--tags", choices=TAGS, default="seeded",
+                        help="V1's (APIServer pid=N) tag on every line: as the seed picks (default), always, never")
     args = parser.parse_args(argv)
     out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
-    writer = LogWriter(args.shape, args.seed, out)
+    writer = LogWriter(args.shape, args.seed, out, tagged=TAGS[args.tags])
     try:
         writer.run(parse_size(args.size))
     except BrokenPipeError:

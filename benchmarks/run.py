@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=SHAPES, action="append", help="only this shape (repeatable)")
     parser.add_argument("--scale", type=int, choices=RULE_SCALES, action="append", help="only this rule-set scale")
     parser.add_argument("--data", default=str(HERE / "data"), help="where logs and rule files go")
+    parser.add_argument("--tags", choices=("seeded", "on", "off"), default="seeded",
+                        help="V1's process tag on every line of the generated logs (default: as the seed picks: off)")
     args = parser.parse_args(argv)
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
@@ -138,12 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     builtin = len(load_rules().rules)
     engine = Matcher(load_rules()).engine
     print(f"engine: {engine.name if engine else 'none'}; {builtin} built-in rules; {size / 2**20:.0f} MiB per shape"
-          f"{' through stdin' if args.stdin else ''}; best of {args.repeat}")
+          f"{' through stdin' if args.stdin else ''}{'' if args.tags == 'seeded' else f'; tags {args.tags}'}; best of {args.repeat}")
     print(f"{'shape':<12} {'rules':>5} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  findings = injected")
     for shape in args.shape or SHAPES:
-        log = data / f"{shape}-{args.size}.log"
-        counts_file = data / f"{shape}-{args.size}.json"
-        generate = [sys.executable, str(HERE / "generate.py"), "--shape", shape, "--size", args.size]
+        name = shape if args.tags == "seeded" else f"{shape}-tags-{args.tags}"
+        log = data / f"{name}-{args.size}.log"
+        counts_file = data / f"{name}-{args.size}.json"
+        generate = [sys.executable, str(HERE / "generate.py"), "--shape", shape, "--size", args.size, "--tags", args.tags]
         if not args.stdin and not (log.exists() and counts_file.exists()):
             subprocess.run(generate + ["-o", str(log), "--counts", str(counts_file)], check=True)
         if args.stdin and not counts_file.exists():  # the counts need one full run of the generator

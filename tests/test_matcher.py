@@ -121,11 +121,12 @@ def test_the_entry_pass_stops_at_few_bytes_of_a_busy_access_log(ruleset, tagged)
     assert stops / len(sample) < 0.014
 
 
+@pytest.mark.parametrize("tagged", [None, True, False], ids=["seeded", "tags-on", "tags-off"])
 @pytest.mark.parametrize("shape", generate.SHAPES)
-def test_the_benchmark_log_yields_exactly_what_was_injected(ruleset, shape):
+def test_the_benchmark_log_yields_exactly_what_was_injected(ruleset, shape, tagged):
     """The benchmark's exactness check, small: every injected event found, no decoy, no noise."""
     out = io.BytesIO()
-    writer = generate.LogWriter(shape, seed=11, out=out, pool_blocks=3)
+    writer = generate.LogWriter(shape, seed=11, out=out, pool_blocks=3, tagged=tagged)
     writer.run(3 * generate.EVENT_EVERY)
     for engine in ("re", "auto"):
         events = Matcher(ruleset, engine=engine).scan("bench.log", iter_chunks(io.BytesIO(out.getvalue()), chunk_size=1 << 16))
