@@ -256,12 +256,10 @@ class Matcher:
         reported: frozenset[str] = frozenset(),
     ) -> list[Event]:
         """The events of a candidate line in a small buffer that holds its neighbours (a seam)."""
-        line_end = buffer.find(b"\n", line_start)
-        line_end = len(buffer) if line_end < 0 else line_end
-        selection = self._targets_in(buffer, line_start, line_end)
-        if not selection.every:
+        found = self._line_in(buffer, line_start, line_no)
+        if found is None:
             return []
-        lines = _Lines(buffer, line_start, line_end, line_no)
+        selection, lines = found
         if not reported:
             return self._match_line(source, lines, selection, cursor)
         targets = [t for t in selection.every if t.rule.code not in reported]
@@ -277,16 +275,22 @@ class Matcher:
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
         """The events of one line on its own (live: the lines after it are not read yet)."""
-        line_end = buffer.find(b"\n", line_start)
-        line_end = len(buffer) if line_end < 0 else line_end
-        selection = self._targets_in(buffer, line_start, line_end)
-        if not selection.every:
+        found = self._line_in(buffer, line_start, line_no)
+        if found is None:
             return []
-        lines = _Lines(buffer, line_start, line_end, line_no)
+        selection, lines = found
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
         self._mark_hosted(events, lines, selection)
         return events
+
+    def _line_in(self, buffer: bytes, line_start: int, line_no: int) -> tuple[_Selection, _Lines] | None:
+        """A candidate line in a small buffer of its own and its neighbours: the patterns it
+        may match and the lines, or None when it holds no pattern's anchor."""
+        line_end = buffer.find(b"\n", line_start)
+        line_end = len(buffer) if line_end < 0 else line_end
+        selection = self._targets_in(buffer, line_start, line_end)
+        return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every else None
 
     def _targets_in(self, buffer: bytes, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
