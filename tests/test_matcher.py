@@ -194,3 +194,18 @@ def test_ctrl_c_while_a_chunk_is_matched_still_hands_on_what_was_matched_before_
         for event in matcher.scan("server.log", [Chunk(text.encode(), 1)]):
             found.append((event.rule.code, event.record.line, event.fields["requested"]))
     assert found == [("VT101", 4, 9000), ("VT101", 5, 9001), ("VT101", 6, 9002)]
+
+
+def test_the_in_process_benchmark_splits_a_scan_into_its_parts(tmp_path, capsys):
+    """benchmarks/inprocess.py (the README's "where the time goes") still runs against the matcher."""
+    import inprocess
+
+    log = tmp_path / "access.log"
+    writer = generate.LogWriter("access-log", seed=11, out=log.open("wb"), pool_blocks=2)
+    writer.run(1 << 20)
+    writer.out.close()
+    assert inprocess.main([str(log), "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"read [\d.]+ s, pass [\d.]+ s, full scan [\d.]+ s", printed)
+    candidates, events = re.search(r"([\d,]+) candidate lines, ([\d,]+) events", printed).groups()
+    assert int(candidates.replace(",", "")) > 50 and int(events.replace(",", "")) >= int(candidates.replace(",", ""))
