@@ -206,6 +206,6 @@ def test_the_in_process_benchmark_splits_a_scan_into_its_parts(tmp_path, capsys)
     writer.out.close()
     assert inprocess.main([str(log), "--repeat", "1"]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"read [\d.]+ s, pass [\d.]+ s, full scan [\d.]+ s", printed)
+    assert re.search(r"scan [\d.]+ s \(\d+ MiB/s\): read [\d.]+ s, pass [\d.]+ s, match [\d.]+ s, diagnose [\d.]+ s", printed)
     candidates, events = re.search(r"([\d,]+) candidate lines, ([\d,]+) events", printed).groups()
     assert int(candidates.replace(",", "")) > 50 and int(events.replace(",", "")) >= int(candidates.replace(",", ""))
