@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from triage import __version__
 from triage.report import ScanResult, ordered, severity_counts
@@ -20,8 +19,9 @@ FINDING_KEYS = (
 
 
 def finding_dict(finding) -> dict:
-    data = asdict(finding)
-    document = {key: data[key] for key in FINDING_KEYS}
+    # the attributes themselves, not asdict(): its deep copy of every list and dict was half
+    # the time of writing a report (a Finding holds no nested dataclass)
+    document = {key: getattr(finding, key) for key in FINDING_KEYS}
     if finding.text is not None:  # only with --show-text: the whole record, which may quote a prompt
         document["text"] = finding.text
     return document
