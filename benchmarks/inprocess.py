@@ -28,27 +28,27 @@ from triage.ruleset import load_rules  # noqa: E402
 
 
 class TimedMatcher(Matcher):
-    """The matcher, with the time of its two phases added up."""
+    """The matcher, with the time of its phases (and of the diagnosis it feeds) added up."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.spent: Counter[str] = Counter()
         self.lines = 0
 
-    def _candidates(self, *args, **kwargs):  # type: ignore[override]
+    def timed(self, phase: str, call, *args, **kwargs):
+        """call(*args, **kwargs), its time added to the phase's."""
         started = time.perf_counter()
         try:
-            return super()._candidates(*args, **kwargs)
+            return call(*args, **kwargs)
         finally:
-            self.spent["pass"] += time.perf_counter() - started
+            self.spent[phase] += time.perf_counter() - started
+
+    def _candidates(self, *args, **kwargs):  # type: ignore[override]
+        return self.timed("pass", super()._candidates, *args, **kwargs)
 
     def _match_line(self, *args, **kwargs):  # type: ignore[override]
-        started = time.perf_counter()
-        try:
-            return super()._match_line(*args, **kwargs)
-        finally:
-            self.spent["match"] += time.perf_counter() - started
-            self.lines += 1
+        self.lines += 1
+        return self.timed("match", super()._match_line, *args, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         events = 0
         started = time.perf_counter()
         for event in matcher.scan(name, iter_chunks(stream)):
-            taken = time.perf_counter()
-            diagnoser.add(event, render=False)
-            matcher.spent["diagnose"] += time.perf_counter() - taken
+            matcher.timed("diagnose", diagnoser.add, event, render=False)
             events += 1
         diagnoser.result()
         return time.perf_counter() - started, matcher, events
