@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,6 @@ _BUSY = "".join(line * times for line, times in (
      "rate: 75.7%\n", 1),
 ))
 _TYPICAL = (_BUSY + "".join(f"(APIServer pid=2301) {line}\n" for line in _BUSY.splitlines())).encode()
-_TYPICAL_COUNTS = [_TYPICAL.count(byte) for byte in range(256)]
 
 
 def byte_cost(char: str) -> int:
@@ -308,8 +308,10 @@ def entry_points(anchors: Iterable[bytes]) -> dict[bytes, int]:
         for byte in set(anchor):
             holders.setdefault(byte, set()).add(index)
 
+    typical = Counter(_TYPICAL)
+
     def cost(byte: int) -> tuple[int, int]:
-        return _TYPICAL_COUNTS[byte], byte_cost(chr(byte))
+        return typical[byte], byte_cost(chr(byte))
 
     def per_anchor(byte: int) -> tuple:  # how common the byte is, per anchor not yet covered it holds
         return (cost(byte)[0] + 1) / len(holders[byte] & left), cost(byte), byte
@@ -364,7 +366,7 @@ class ReEngine:
     # both compiled on first use: a closure computation only lists anchors
     pattern: re.Pattern | None = field(default=None, init=False)  # the prefix trie
     entered: re.Pattern | None = field(default=None, init=False)
-    ends: dict[bytes, list[bytes]] = field(default_factory=dict, init=False)  # text from an entry on -> its anchors
+    ends: dict[bytes, list[bytes]] = field(default_factory=dict, init=False)  # entered text -> anchors ending so
 
     def new_chunk(self) -> None:
         """The reader refilled its buffer: nothing is cached here."""
@@ -374,13 +376,15 @@ class ReEngine:
         that holds one (an anchor never spans lines: the matcher searches from a line start)."""
         if self.entered is None:
             self.entered = re.compile(self.entry if self.entry is not None else entry_regex(self.anchors))
-            for anchor, entry in entry_points(self.anchors).items():
-                self.ends.setdefault(anchor[entry:], []).append(anchor)
         hit = self.entered.search(buffer, start, end)
         if hit is None:
             return None
-        hit_end = hit.end()
-        for anchor in self.ends[bytes(hit.group())]:
+        hit_end, entered = hit.end(), bytes(hit.group())
+        behind = self.ends.get(entered)
+        if behind is None:  # any anchor that ends so and lies behind is one the line holds
+            behind = sorted((a for a in self.anchors if a.endswith(entered)), key=len, reverse=True)
+            self.ends[entered] = behind
+        for anchor in behind:
             if buffer[hit_end - len(anchor) : hit_end] == anchor:
                 return hit_end - len(anchor), hit_end, anchor
         raise AssertionError("an entry hit without its anchor")  # the lookbehind saw one of them
