@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from triage.diagnose import Diagnoser  # noqa: E402
-from triage.matcher import Matcher  # noqa: E402
-from triage.reader import iter_chunks, open_input  # noqa: E402
-from triage.ruleset import load_rules  # noqa: E402
+from triage.diagnose.diagnoser import Diagnoser  # noqa: E402
+from triage.match.matcher import Matcher  # noqa: E402
+from triage.input.reader import iter_chunks, open_input  # noqa: E402
+from triage.rules.ruleset import load_rules  # noqa: E402
 
 
 class TimedMatcher(Matcher):

@@ -40,8 +40,8 @@ sys.path.insert(0, str(HERE))
 
 from generate import SHAPES, parse_size  # noqa: E402
 
-from triage.matcher import Matcher  # noqa: E402
-from triage.ruleset import load_rules  # noqa: E402
+from triage.match.matcher import Matcher  # noqa: E402
+from triage.rules.ruleset import load_rules  # noqa: E402
 
 RULE_SCALES = (1, 10)  # the built-in rules, and ten times as many
 SUBJECTS = ("Tokenizer pool", "Speculative decoder", "LoRA adapter cache", "Prefix cache evictor",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from triage.matcher import Matcher
-from triage.rulecache import CACHE_VARIABLE
-from triage.ruleset import load_rules
+from triage.match.matcher import Matcher
+from triage.rules.cache import CACHE_VARIABLE
+from triage.rules.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triage.expr import PLACEHOLDER
-from triage.expr import format_value
-from triage.store import Place, places_of, sorted_findings, take
-from triage.types import SEVERITIES, Finding
+from triage.rules.expr import PLACEHOLDER
+from triage.rules.expr import format_value
+from triage.diagnose.store import Place, places_of, sorted_findings, take
+from triage.model import SEVERITIES, Finding
 
 TOOL_NAME = "vllm-triage"
 

@@ -8,7 +8,7 @@ $GITHUB_STEP_SUMMARY is the markdown format; the CLI appends it.
 from __future__ import annotations
 
 from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
-from triage.types import Finding
+from triage.model import Finding
 
 COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from triage import __version__
 from triage.report import ScanResult, ordered, severity_counts
-from triage.types import SEVERITIES
+from triage.model import SEVERITIES
 
 SCHEMA_VERSION = 1
 ITEM_INDENT = " " * 4

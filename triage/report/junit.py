@@ -9,7 +9,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from triage.report import TOOL_NAME, ScanResult, checks, where
-from triage.types import Finding
+from triage.model import Finding
 
 
 def render(result: ScanResult) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
-from triage.types import Finding
+from triage.model import Finding
 
 ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 

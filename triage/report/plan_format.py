@@ -1,6 +1,6 @@
 """Formatting of plan and budget results: a rich table on a terminal, plain text otherwise, or JSON.
 
-Like the other formatters it never computes: every figure comes from triage.plan.
+Like the other formatters it never computes: every figure comes from triage.plan.planner.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from triage import __version__
-from triage.kvcache import GIB
-from triage.plan import BudgetResult, PlanResult, Scenario
+from triage.plan.kvcache import GIB
+from triage.plan.planner import BudgetResult, PlanResult, Scenario
 
 SCHEMA_VERSION = 1
 KIND_NAMES = {

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from triage.explain import KV_CACHE, KNOBS, Knob
+from triage.plan.explain import KV_CACHE, KNOBS, Knob
 
 if TYPE_CHECKING:
-    from triage.ruleset import Rule
-    from triage.ruletest import Outcome
+    from triage.rules.ruleset import Rule
+    from triage.rules.ruletest import Outcome
 
 LIST_COLUMNS = ("code", "name", "stage", "severity", "title")
 TEXT_WIDTH = 110

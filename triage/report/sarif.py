@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from triage import __version__
 from triage.report import TOOL_NAME, ScanResult, checks, fingerprint, help_text, ordered, relative_path
-from triage.types import Finding
+from triage.model import Finding
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}

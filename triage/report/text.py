@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from triage.report import ScanResult, by_run, facts_used, summary_line, where
-from triage.types import Finding
+from triage.model import Finding
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 

@@ -1,0 +1,114 @@
+"""Aggregation: exact nearest-rank percentiles, one finding per rule and run, the sizing advice."""
+
+import random
+
+import pytest
+
+from triage.diagnose.diagnoser import percentile, rejection_figures, requested_length
+from triage.rules.ruleset import load_rules
+from triage.diagnose.diagnoser import diagnose
+
+STARTUP = (
+    "(APIServer pid=11) INFO 02-03 09:00:00 [api_server.py:1896] vLLM API server version 0.11.0\n"
+    "(APIServer pid=11) INFO 02-03 09:00:00 [utils.py:233] non-default args: {'model_tag': 'm', 'model': 'm'}\n"
+    "(APIServer pid=11) INFO 02-03 09:00:04 [model.py:1510] Using max model len 8192\n"
+    "(EngineCore_DP0 pid=12) INFO 02-03 09:00:20 [gpu_worker.py:298] Available KV cache memory: 20.0 GiB\n"
+    "(EngineCore_DP0 pid=12) INFO 02-03 09:00:21 [kv_cache_utils.py:1087] GPU KV cache size: 163,840 tokens\n"
+)
+OVERFLOW = (
+    "(APIServer pid=11) ERROR 02-03 10:{minute:02d}:00 [serving_chat.py:283] ValueError: This model's maximum context "
+    "length is 8192 tokens. However, you requested {total} tokens ({prompt} in the messages, {completion} in the "
+    "completion). Please reduce the length of the messages or completion.\n"
+)
+
+
+def test_nearest_rank_percentile_of_a_known_list():
+    values = [15, 20, 35, 40, 50]
+    assert [percentile(values, p) for p in (5, 30, 40, 50, 100)] == [15, 20, 20, 35, 50]
+    assert percentile([7], 99) == 7
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile(list(range(1, 201)), 99) == 198
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_requested_length_prefers_what_the_error_states():
+    assert requested_length({"requested": 9000, "prompt_tokens": 8000, "completion_tokens": 500}) == 9000
+    assert requested_length({"prompt_tokens": 8000, "completion_tokens": 500}) == 8500
+    assert requested_length({"prompt_tokens": 9000}) == 9001  # the prompt alone was refused
+    assert requested_length({"completion_tokens": 12000}) == 12000
+    assert requested_length({"max_model_len": 8192}) is None
+
+
+def test_rejection_figures_count_prompts_over_the_window_and_smaller_max_tokens():
+    figures = rejection_figures([
+        {"max_model_len": 8192, "prompt_tokens": 8000, "completion_tokens": 500},
+        {"max_model_len": 8192, "prompt_tokens": 8192, "completion_tokens": 100},
+        {"max_model_len": 8192, "prompt_tokens": 9000},
+    ])
+    assert figures == {
+        "rejected": 3, "requested_p50": 8500, "requested_p90": 9001, "requested_p99": 9001,
+        "requested_max": 9001, "prompt_over_window": 2, "fit_with_smaller_max_tokens": 1,
+    }
+
+
+def hundreds_of_rejections(seed: int = 7) -> str:
+    """300 rejections with requested lengths 8210, 8220, ..., 11200 in a seeded order; the first
+    30 of that order have a prompt that alone fills the window."""
+    totals = [8200 + 10 * k for k in range(1, 301)]
+    random.Random(seed).shuffle(totals)
+    lines = []
+    for number, total in enumerate(totals):
+        completion = 5 if number < 30 else total - 8000  # prompts of >= 8205, else of 8000 tokens
+        prompt = total - completion
+        lines.append(OVERFLOW.format(minute=number % 60, total=total, prompt=prompt, completion=completion))
+    return STARTUP + "".join(lines)
+
+
+def test_hundreds_of_rejections_become_one_finding_with_exact_figures_and_a_recommendation(matcher):
+    checks = [r for r in load_rules().rules if r.kind == "check"]
+    result = diagnose(matcher.scan_text("server.log", hundreds_of_rejections()), checks=checks)
+    [finding] = [f for f in result.findings if f.code == "VT101"]
+    assert finding.count == 300
+    assert (finding.line, finding.last_line) == (6, 305)
+    derived = finding.derived
+    # sorted list is 8210 + 10*i: nearest rank 150, 270, 297 of 300
+    assert (derived["requested_p50"], derived["requested_p90"], derived["requested_p99"], derived["requested_max"]) == (
+        9700, 10900, 11170, 11200
+    )
+    assert (derived["prompt_over_window"], derived["fit_with_smaller_max_tokens"]) == (30, 270)
+    assert derived["recommended_max_model_len"] == 11184  # 11170 rounded up to blocks of 16
+    # 20 GiB / 163,840 tokens = 131,072 bytes per token; 11,184 tokens of it = 1.365 GiB
+    assert derived["recommended_kv_gib"] == 1.37
+    assert derived["recommended_concurrency"] == 14.65  # 163,840 / 11,184
+    assert derived["current_concurrency"] == 20.0
+    text = " ".join(finding.cause + finding.fixes)
+    assert "300 requests were refused" in text
+    assert "p50 9,700, p90 10,900, p99 11,170, max 11,200" in text
+    assert "--max-model-len 11184 would have served 99% of them" in text
+    assert "1.37 GiB of KV cache per GPU" in text and "14.65 of them at once (now 20.00 at 8,192)" in text
+    assert "no --max-model-len was given, so vLLM derived the window from the model's config.json" in text
+    assert finding.facts["bytes_per_token"] == 131072 and finding.facts["kv_tokens"] == 163840
+
+
+def test_identical_findings_collapse_with_count_and_first_and_last_place(matcher):
+    line = ("(EngineCore_DP0 pid=3) ERROR 07-21 09:12:{second} [core.py:708] ValueError: No available memory for the "
+            "cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n")
+    text = "".join(line.format(second=s) for s in ("39", "40", "41"))
+    [finding] = diagnose(matcher.scan_text("x.log", text)).findings
+    assert (finding.count, finding.line, finding.last_line) == (3, 1, 3)
+    assert (finding.time, finding.last_time) == ("07-21 09:12:39", "07-21 09:12:41")
+
+
+def test_a_startup_shortfall_says_which_figures_it_used(matcher):
+    text = (
+        "(APIServer pid=1) INFO 07-21 09:11:52 [utils.py:233] non-default args: {'model': 'm', 'max_model_len': 65536, 'gpu_memory_utilization': 0.9}\n"
+        "(EngineCore_DP0 pid=2) INFO 07-21 09:12:38 [gpu_worker.py:298] Free memory on device (78.10/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 15.2 GiB for consumed memory\n"
+        "(EngineCore_DP0 pid=2) ERROR 07-21 09:12:39 [core.py:708] ValueError: To serve at least one request with the models's max seq len (65536), (8.00 GiB KV cache is needed, which is larger than the available KV cache memory (5.31 GiB). Based on the available memory, the estimated maximum model length is 43488. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n"
+    )
+    [finding] = diagnose(matcher.scan_text("x.log", text)).findings
+    assert finding.derived["bytes_per_token"] == 131072  # 8 GiB over 65,536 tokens
+    assert finding.derived["fit_max_model_len"] == 43488
+    assert finding.derived["utilization_to_fit"] == 0.94  # 0.9 + 2.69 GiB / 79.19 GiB, rounded up
+    assert finding.facts == {"gpu_memory_utilization": 0.9, "total_gib": 79.19}
+    assert any("--gpu-memory-utilization to 0.94" in fix for fix in finding.fixes)

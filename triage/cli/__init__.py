@@ -1,0 +1,517 @@
+"""The command line: parses options and wires the stages together; it computes nothing."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+import click
+
+from triage import __version__
+from triage.diagnose.diagnoser import Diagnoser
+from triage.diagnose.store import FindingStore
+from triage.match.matcher import Matcher
+from triage.input.follow import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
+from triage.input.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
+from triage.report import ScanResult, format_names, render, summary_line, write
+from triage.rules.ruleset import RuleError, RuleSet, load_rules, select_rules
+from triage.model import SEVERITIES, Finding, severity_rank
+
+FAIL_ON = [*SEVERITIES, "never"]
+FORMAT_HELP = (
+    "auto: GitHub annotations when GITHUB_ACTIONS=true, rich on a terminal, plain text otherwise "
+    "(with --output, the format the file suffix names)."
+)
+OUTPUT_HELP = "Write the report to FILE; stderr gets the one-line summary."
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports after Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports when the reader went away
+
+
+def fail(message: str) -> None:
+    """A one-line error and exit code 2: usage, input or rule-file problems."""
+    click.echo(f"vllm-triage: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
+    try:
+        return load_rules(rule_paths)
+    except RuleError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
+class ScanInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan; carries the result of what was read until then."""
+
+    def __init__(self, result: ScanResult):
+        super().__init__()
+        self.result = result
+
+
+def scan_paths(
+    paths: list[str], matcher: Matcher, keep_text: bool = False, on_finding: Callable[[Finding], None] | None = None,
+    follow: bool = False, tee_to: BinaryIO | None = None, progress: bool = False, standalone_checks: bool = True,
+    jobs: int = 1,
+) -> ScanResult:
+    """on_finding: called with each finding as soon as its line is read (live streams);
+    follow: read the one path like tail -f; tee_to: pass the input through unchanged;
+    standalone_checks: run the capacity checks that make findings of their own;
+    jobs: processes for a plain file on disk (the events come in line order all the same)."""
+    findings, inputs, errors, skipped = FindingStore(), [], [], []  # findings: compressed as each run ends
+    facts = {}
+    interrupted = False
+    checks = [rule for rule in matcher.rules if rule.kind == "check" and (standalone_checks or rule.attach_to)]
+    fact_names = matcher.ruleset.fact_names
+    for path in paths:
+        try:
+            name, stream = (path, io.BufferedReader(FollowedFile(path))) if follow else open_input(path)
+        except InputError as exc:
+            errors.append(str(exc))
+            continue
+        diagnoser = Diagnoser(checks, keep_text, fact_names, keep_runs=False, sink=findings)
+        try:
+            not_a_log = sniff_binary(stream)
+            if not_a_log:
+                errors.append(f"{name}: {not_a_log}; skipped")
+                skipped.append(name)
+                continue
+            inputs.append(name)
+            events = None
+            if jobs > 1 and not follow and tee_to is None and path != "-":
+                from triage.match.parallel import can_split, scan_split  # multiprocessing: imported only when asked
+
+                events = scan_split(matcher, path, jobs) if can_split(path) else None
+            if events is None:
+                events = matcher.scan(name, input_chunks(name, stream, tee_to, progress))
+            for event in events:
+                finding = diagnoser.add(event, render=on_finding is not None)
+                if finding is not None and on_finding is not None:
+                    on_finding(finding)
+        except InputError as exc:
+            errors.append(f"{name}: {exc} (scanned what could be read)")
+        except KeyboardInterrupt:
+            interrupted = True
+            errors.append(f"{name}: interrupted; the report covers what was read until then")
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        facts[name] = diagnoser.result().facts  # result() adds the last run's findings to the sink
+        if interrupted:
+            break
+    errors.extend(matcher.warnings)
+    result = ScanResult(findings, inputs, errors, list(matcher.rules), facts, skipped=skipped)
+    if interrupted:
+        raise ScanInterrupted(result)
+    return result
+
+
+def input_chunks(name: str, stream: BinaryIO, tee_to: BinaryIO | None, progress: bool) -> Iterator[Chunk]:
+    chunks = iter_chunks(stream)
+    size = big_regular_file(stream) if progress else None
+    if size:
+        chunks = with_progress(chunks, size, os.path.basename(name))
+    return tee(chunks, tee_to) if tee_to is not None else chunks
+
+
+def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
+    """Print one finding as soon as it is found (plain text, flushed): live streams."""
+
+    from triage.report.text import render_finding  # rich: imported only for live output
+
+    def print_finding(finding: Finding) -> None:
+        if redact:
+            from triage.report.redact import redact_result  # imported only when asked for (4 ms)
+
+            finding = redact_result(ScanResult([finding], [])).findings[0]
+        click.echo(render_finding(finding) + "\n", err=to_stderr)
+        (sys.stderr if to_stderr else sys.stdout).flush()
+        print_finding.printed += 1
+
+    print_finding.printed = 0
+    return print_finding
+
+
+def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
+    """The one-line hint for a user who ran scan with nothing piped in: stdin is their keyboard."""
+    if inputs == ["-"] and stdin_is_terminal:
+        return "vllm-triage: paste the log, then Ctrl-D"
+    return None
+
+
+def pick_format(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        return "rich"
+    return "text"
+
+
+# --output FILE with --format auto: the format the file name says, else plain text.
+FORMAT_BY_SUFFIX = {".sarif": "sarif", ".json": "json", ".jsonl": "jsonl", ".xml": "junit", ".md": "markdown"}
+
+
+def pick_report_format(requested: str, output: str | None) -> str:
+    """auto: GitHub annotations in GitHub Actions, rich on a terminal, plain text otherwise."""
+    if requested != "auto":
+        return requested
+    if output is not None:
+        return FORMAT_BY_SUFFIX.get(os.path.splitext(output)[1].lower(), "text")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        return "github"
+    return pick_format(requested)
+
+
+def emit(result: ScanResult, format_name: str, output: str | None, to_stderr: bool = False) -> None:
+    """The report to stdout (stderr with --tee), or to --output with the one-line summary on stderr."""
+    if output is None:
+        write(result, format_name, lambda piece: click.echo(piece, nl=False, err=to_stderr))
+    else:
+        try:
+            with open(output, "w", encoding="utf-8") as handle:
+                write(result, format_name, handle.write)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+        click.echo(f"vllm-triage: {summary_line(result)}; {format_name} report written to {output}", err=True)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if format_name == "github" and step_summary:
+        try:
+            with open(step_summary, "a", encoding="utf-8") as handle:
+                handle.write(render(result, "markdown"))
+        except OSError as exc:
+            click.echo(f"vllm-triage: warning: cannot write the step summary: {exc.strerror or exc}", err=True)
+
+
+def exit_code(result: ScanResult, fail_on: str, had_input_error: bool) -> int:
+    if had_input_error:
+        return EXIT_ERROR
+    if fail_on == "never":
+        return EXIT_CLEAN
+    threshold = severity_rank(fail_on)
+    if any(severity_rank(f.severity) >= threshold for f in result.findings):
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+class TriageGroup(click.Group):
+    """Ends quietly when the reader of stdout goes away (`| head`) and on Ctrl-C.
+
+    Every command writes through QuietStdout, so a closed pipe drops the rest of the output
+    and the command still runs to its end: its exit code (a gate's verdict, a rules test's
+    outcome) is the one it would have had."""
+
+    def invoke(self, ctx: click.Context) -> None:
+        original = sys.stdout
+        if original is not None:
+            sys.stdout = QuietStdout(original)
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # a write that did not go through sys.stdout
+            silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except KeyboardInterrupt:
+            click.echo("vllm-triage: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        finally:
+            if original is not None:
+                sys.stdout.flush()  # still quiet: what is buffered may meet the closed pipe
+                sys.stdout = original
+
+
+class QuietStdout:
+    """stdout (text, or its .buffer) whose write or flush on a closed pipe points stdout at
+    /dev/null instead of raising BrokenPipeError."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._stream.write(data)
+        except BrokenPipeError:
+            silence_stdout()
+            return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            silence_stdout()
+            self._stream.flush()  # what was buffered now goes to /dev/null
+
+    @property
+    def buffer(self) -> QuietStdout:
+        return QuietStdout(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit cannot fail on the closed pipe
+    (the recipe in Python's documentation of SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+@click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vllm-triage")
+def main() -> None:
+    """Diagnose vLLM context-length and KV-cache failures from logs, tracebacks and client errors."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(dir_okay=True, allow_dash=True))
+@click.option(
+    "--format", "format_name", default="auto", show_default=True,
+    type=click.Choice(["auto", *format_names()]),
+    help=FORMAT_HELP,
+)
+@click.option(
+    "--fail-on", default="error", show_default=True, type=click.Choice(FAIL_ON),
+    help="Exit 1 when a finding of this severity or above is found.",
+)
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help=OUTPUT_HELP)
+@click.option("--show-text", is_flag=True, help="Include each finding's whole log record (off: vLLM's lines can quote prompts).")
+@click.option("--redact", is_flag=True, help="Mask API keys, tokens, e-mail and IP addresses in everything printed.")
+@click.option("--select", "selected", multiple=True, help="Only these rules: code, code prefix (VT1, VT30) or name (repeatable).")
+@click.option("--ignore", "ignored", multiple=True, help="Skip these rules: code, code prefix or name (repeatable).")
+@click.option("--follow", "-f", is_flag=True, help="Keep reading FILE as it grows, like tail -f (survives rotation and truncation); Ctrl-C ends with the summary.")
+@click.option("--tee", "tee_log", is_flag=True, help="Pass the log through to stdout unchanged; findings go to stderr.")
+@click.option(
+    "--live/--no-live", default=None,
+    help="Print each finding as soon as its line is read, then the whole report at the end "
+    "(default: on for --follow, --tee and a pipe on stdin, with text output).",
+)
+@click.option(
+    "--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Scan each file with N processes (a plain file on disk; pipes and .gz are read by one).",
+)
+def scan(
+    paths: tuple[str, ...], format_name: str, fail_on: str, rule_paths: tuple[str, ...], output: str | None,
+    show_text: bool, redact: bool, selected: tuple[str, ...], ignored: tuple[str, ...], follow: bool = False,
+    tee_log: bool = False, live: bool | None = None, jobs: int = 1,
+) -> None:
+    """Scan vLLM logs, tracebacks or client errors (files, .gz, or - for stdin)."""
+    ruleset = load_ruleset(rule_paths)
+    try:
+        chosen = select_rules(ruleset.rules, selected, ignored)
+    except RuleError as exc:
+        fail(str(exc))
+    inputs = list(paths) or ["-"]
+    hint = paste_hint(inputs, sys.stdin.isatty())
+    if hint:
+        click.echo(hint, err=True)
+    if follow and (len(inputs) != 1 or inputs == ["-"]):
+        fail("--follow reads one file (a pipe is followed anyway: vllm serve ... | vllm-triage scan)")
+    report_format = pick_report_format(format_name, output)
+    if live is None:
+        live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
+    live = live and report_format in ("text", "rich")  # a machine format stays one document
+    print_finding = live_printer(redact, to_stderr=tee_log) if live else None
+    interrupted = False
+    try:
+        result = scan_paths(
+            inputs, Matcher(ruleset, chosen, live=live), keep_text=show_text, on_finding=print_finding, follow=follow,
+            tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(), jobs=jobs,
+        )
+    except ScanInterrupted as stop:
+        result, interrupted = stop.result, True
+    if redact:  # the one place: every format, and the messages below, get the masked result
+        from triage.report.redact import redact_result  # imported only when asked for (4 ms)
+
+        result = redact_result(result)
+    unreadable = len(inputs) - len(result.inputs) - len(result.skipped)
+    input_error = unreadable > 0 or not result.inputs  # binary inputs alone only warn, unless nothing was read
+    for error in result.errors:
+        click.echo(f"vllm-triage: {'error' if input_error else 'warning'}: {error}", err=True)
+    # Ctrl-C is how --follow ends: the exit code then says what was found, as at the end of a file.
+    stopped = interrupted and not follow
+    code = EXIT_INTERRUPTED if stopped else exit_code(result, fail_on, had_input_error=input_error)
+    if print_finding is not None and print_finding.printed:
+        click.echo("== the whole picture (each finding once, with its count and the run's facts) ==", err=tee_log)
+    try:
+        emit(result, report_format, output, to_stderr=tee_log)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` read what it wanted: the scan itself is complete
+        silence_stdout()
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("startup_log", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--min-max-model-len", type=click.IntRange(min=1), help="Fail when the served window is below N tokens.")
+@click.option("--min-concurrency", type=click.FloatRange(min=0), help="Fail when fewer than X full-length requests fit in the KV cache.")
+@click.option(
+    "--max-kv-usage-at-start", type=click.FloatRange(0, 100),
+    help="Fail when the first metrics line shows more than P% of the KV cache in use.",
+)
+@click.option("--require-ready", is_flag=True, help="Fail unless the log shows the server ready and no startup error.")
+@click.option(
+    "--fail-on", default="error", show_default=True, type=click.Choice(FAIL_ON),
+    help="Also exit 1 when a finding of this severity or above is found.",
+)
+@click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", *format_names()]), help=FORMAT_HELP)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help=OUTPUT_HELP)
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float | None, max_kv_usage_at_start: float | None,
+         require_ready: bool, fail_on: str, format_name: str, output: str | None, rule_paths: tuple[str, ...]) -> None:
+    """Assert a startup log shows the capacity you planned for (exit 1 when it does not)."""
+    from triage.diagnose.gate import Thresholds, checks_run, evaluate
+
+    thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
+    # The gate asserts capacity with its own thresholds; the advisory capacity checks would repeat them.
+    result = scan_paths([startup_log], Matcher(load_ruleset(rule_paths)), standalone_checks=False)
+    if not result.inputs:
+        fail(result.errors[0])
+    for error in result.errors:
+        click.echo(f"vllm-triage: warning: {error}", err=True)
+    name = result.inputs[0]
+    failed = evaluate(name, result.facts.get(name, {}), result.findings, thresholds)
+    result.findings.extend(failed)
+    result.rules.extend(checks_run(thresholds))
+    emit(result, pick_report_format(format_name, output), output)
+    sys.exit(EXIT_FINDINGS if failed else exit_code(result, fail_on, had_input_error=False))
+
+
+@main.command()
+@click.argument("model", type=click.Path())
+@click.option("--gpu", "gpu_name", help="GPU by name (H100, A100 40GB, L4, ...); sets the memory per GPU.")
+@click.option("--gpu-memory", help="Memory of one GPU, e.g. 80GiB or 85GB (GB = 1e9 bytes); a bare number is GiB.")
+@click.option("--gpus", type=int, help="GPUs in all; tensor parallel over them unless sizes are given.")
+@click.option("--tensor-parallel-size", "-tp", type=int, help="Tensor-parallel size (default: --gpus or 1).")
+@click.option("--pipeline-parallel-size", "-pp", type=int, help="Pipeline-parallel size (default 1).")
+@click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]))
+@click.option("--dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "float32"]))
+@click.option("--block-size", default=16, show_default=True, type=int)
+@click.option("--max-model-len", type=int, help="Length to check (default: what vLLM derives from config.json).")
+@click.option("--max-num-seqs", default=256, show_default=True, type=int)
+@click.option("--max-num-batched-tokens", default=2048, show_default=True, type=int, help="Tokens per step (sliding windows hold this many extra).")
+@click.option("--weights-gib", type=float, help="Weights in GiB in all, instead of reading or estimating them.")
+@click.option("--kv-cache-memory", help="KV memory per GPU, e.g. 10GiB (like vLLM's --kv-cache-memory-bytes): skips the utilization arithmetic.")
+@click.option("--overhead", default="2GiB", show_default=True, help="Allowance per GPU for activations, CUDA graphs and non-torch memory.")
+@click.option("--concurrency-at", type=int, help="Also show how many sequences of this many tokens fit at once.")
+@click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
+def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
+         kv_cache_dtype, dtype, block_size, max_model_len, max_num_seqs, max_num_batched_tokens, weights_gib,
+         kv_cache_memory, overhead, concurrency_at, format_name) -> None:
+    """What --max-model-len and concurrency fit: KV-cache arithmetic from a model's config.json or folder."""
+    from triage.plan import gpus as gpu_table
+    from triage.plan import modelconfig
+    from triage.plan import planner
+    from triage.report.plan_format import render_plan
+
+    try:
+        if gpu_name and gpu_memory:
+            raise planner.PlanError("give --gpu or --gpu-memory, not both")
+        memory = gpu_table.find(gpu_name).memory_bytes if gpu_name else None
+        memory = planner.parse_size(gpu_memory) if gpu_memory else memory
+        tp, pp = planner.parallel_sizes(gpus, tensor_parallel_size, pipeline_parallel_size)
+        inputs = planner.PlanInputs(
+            gpu_memory_bytes=memory, gpu_name=gpu_table.find(gpu_name).name if gpu_name else None,
+            tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype, dtype=dtype, block_size=block_size, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            weights_bytes=int(weights_gib * planner.GIB) if weights_gib is not None else None,
+            kv_cache_memory_bytes=planner.parse_size(kv_cache_memory) if kv_cache_memory else None,
+            overhead_bytes=planner.parse_size(overhead), concurrency_length=concurrency_at,
+        )
+        result = planner.plan(modelconfig.load(model), inputs)
+    except (gpu_table.UnknownGpu, planner.PlanError, modelconfig.ModelConfigError) as exc:
+        fail(str(exc))
+    click.echo(render_plan(result, pick_format(format_name)), nl=False)
+
+
+@main.command()
+@click.option("--max-model-len", required=True, type=int, help="The server's max_model_len.")
+@click.option("--prompt-tokens", type=int, help="Tokens in the prompt, as the server counts them.")
+@click.option("--prompt-file", type=click.Path(), help="The prompt text, counted with --tokenizer.")
+@click.option("--tokenizer", type=click.Path(), help="A local tokenizer.json (or a model folder holding one).")
+@click.option("--margin", default=0, show_default=True, type=int, help="Tokens to hold back (chat template, counting differences).")
+@click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
+def budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin, format_name) -> None:
+    """The largest max_tokens to send for a prompt, or how much to cut."""
+    from triage.plan import modelconfig
+    from triage.plan import planner
+    from triage.report.plan_format import render_budget
+
+    try:
+        if (prompt_tokens is None) == (prompt_file is None):
+            raise planner.PlanError("give --prompt-tokens, or --prompt-file with --tokenizer")
+        counted_by = "--prompt-tokens"
+        if prompt_file is not None:
+            if tokenizer is None:
+                raise planner.PlanError("--prompt-file needs --tokenizer tokenizer.json (or give --prompt-tokens)")
+            prompt_tokens, counted_by = modelconfig.count_prompt_tokens(prompt_file, tokenizer), tokenizer
+        result = planner.budget(max_model_len, prompt_tokens, margin, counted_by)
+    except (planner.PlanError, modelconfig.ModelConfigError) as exc:
+        fail(str(exc))
+    click.echo(render_budget(result, pick_format(format_name)), nl=False)
+
+
+@main.group()
+def rules() -> None:
+    """List, explain and test the rules (built-in, plus --rules files)."""
+
+
+@rules.command("list")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def rules_list(rule_paths: tuple[str, ...], format_name: str) -> None:
+    """Every rule: code, name, stage, severity, title."""
+    from triage.report.rules_format import rules_list as render_list
+
+    click.echo(render_list(load_ruleset(rule_paths).rules, format_name), nl=False)
+
+
+@rules.command("show")
+@click.argument("code_or_name")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+@click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
+def rules_show(code_or_name: str, rule_paths: tuple[str, ...], format_name: str) -> None:
+    """What a rule means, why it fires, how to fix it, an example and the vLLM versions it covers."""
+    from triage.report.rules_format import rule_show
+
+    rule = load_ruleset(rule_paths).by_code(code_or_name.strip()) or load_ruleset(rule_paths).by_code(code_or_name.strip().upper())
+    if rule is None:
+        fail(f"no rule {code_or_name!r} (vllm-triage rules list shows them all)")
+    click.echo(rule_show(rule, format_name), nl=False)
+
+
+@rules.command("test")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(), help="Extra rule file or folder (repeatable).")
+def rules_test(paths: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
+    """Run every rule's examples, and the markers of annotated fixture logs in PATHS (files or folders)."""
+    from triage.rules import ruletest
+    from triage.report.rules_format import test_outcome
+
+    outcome = ruletest.run(load_ruleset(rule_paths), paths)
+    click.echo(test_outcome(outcome), nl=False)
+    sys.exit(EXIT_CLEAN if outcome.passed else EXIT_FINDINGS)
+
+
+@main.command()
+@click.argument("topic", required=False)
+@click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
+def explain(topic: str | None, format_name: str) -> None:
+    """The five length knobs side by side, or one TOPIC (e.g. max-model-len, max-tokens, kv-cache)."""
+    from triage.plan.explain import find_topic, topic_names
+    from triage.report.rules_format import explain_all, explain_topic
+
+    titles = {rule.code: rule.title for rule in load_ruleset(()).rules}
+    format_name = pick_format(format_name)
+    if topic is None:
+        click.echo(explain_all(titles, format_name), nl=False)
+        return
+    knob = find_topic(topic)
+    if knob is None:
+        fail(f"no topic {topic!r}; choose one of: {', '.join(topic_names())}")
+    click.echo(explain_topic(knob, titles, format_name), nl=False)

@@ -1,0 +1,1 @@
+"""Diagnosis: events and the facts of each run turned into findings, and the CI gate."""

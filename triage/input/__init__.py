@@ -1,0 +1,1 @@
+"""Input: bytes from files, pipes and followed logs into numbered lines and log records."""

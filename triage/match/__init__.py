@@ -1,0 +1,1 @@
+"""Matching: the anchor pass over raw chunks, then the rules' full patterns on candidate lines."""

@@ -1,0 +1,642 @@
+"""Find rule matches in chunks of raw log bytes.
+
+One anchor pass over each chunk finds candidate lines. The anchors are literal
+texts every match of a pattern holds (triage.match.anchors derives them from the
+regexes; a rule's hand-written keywords stand in where that gives nothing good),
+plus the skip markers. Only candidate lines are decoded (records.py), and only
+the patterns whose anchors the line holds are run on them (on the line alone: those
+whose anchors it holds all of). A line holding a skip
+marker (vLLM's request log, which quotes whole prompts) is never an event and is
+passed over to its end without looking at the prompt. A message wrapped over up
+to three lines is joined before matching.
+
+Chunks are scanned in place, in the reader's buffer: a candidate line whose
+neighbours lie in the previous or the next chunk is copied with them into a small
+buffer, so a message cut by a chunk boundary is still found, and nothing is copied
+otherwise. Lines are counted (newlines only, so `sed -n Np` finds them) as the scan
+moves, passing over the bytes of request-log lines, so no separate pass counts them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triage.match.anchors import (
+    ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, needs_keywords, strong_anchor,
+)
+from triage.input.reader import Chunk
+from triage.input.records import LineParts, join_variants, parse_line
+from triage.rules.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
+from triage.model import Event, Record
+from triage.match.watchdog import Watchdog
+
+CONTEXT_LINES = 2  # a message may continue over this many lines before or after its anchor
+# Relative line windows tried when a candidate line does not match on its own.
+WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
+FORWARD_WINDOWS = WRAP_WINDOWS[:2]
+# A line that starts like this is a record of its own, not the rest of a wrapped message.
+NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;]*m)*(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b")
+# Bytes that decoding a line removes or rewrites (records.py), which may join raw text into an anchor.
+REWRITTEN = re.compile(rb"[\\\x1b\r\x00{]")
+MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
+MAX_EXCERPT = 600
+MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
+MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
+HOSTED_STAGES = {"request"}
+EVENT_BURST = 256  # events of a chunk handed on together (bounded: a chunk of error lines)
+WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in patterns
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Line numbering and de-duplication across the chunks of one input."""
+
+    consumed_until: int = 0  # last line already used by a joined (wrapped) match
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Target:
+    rule: Rule
+    rule_index: int
+    pattern: Pattern
+    pattern_index: int
+    needs: frozenset[bytes]  # anchors a line holds all of when it matches alone; empty: keywords, any one
+    builtin: bool  # a built-in pattern: tested to match alike with stdlib re
+    search: Any = None  # text -> match or None, bounded in time; made on first use
+    read_fields: Any = None  # its groupdict -> typed fields, made on its first match
+
+
+@dataclass(slots=True)
+class _Selection:
+    """The patterns to try on a candidate line, from the anchors it holds."""
+
+    every: list[_Target]  # any of its anchors is there: it may match a message wrapped over lines
+    alone: list[_Target]  # all of its anchors are there: it may match the line on its own
+    hosted: bool  # some are request rules: a hosted API may have sent their message
+
+
+class Matcher:
+    def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None, engine: str = "auto", live: bool = False):
+        """live: a line at the end of what was read that matches on its own is reported at
+        once, not when the next lines arrive (a pipe or --follow: the newest line may be
+        the last for a while); only a message that may go on below still waits for them."""
+        self.ruleset = ruleset
+        self.live = live
+        self.rules = list(rules if rules is not None else ruleset.rules)
+        self.skip_markers = [m.encode() for m in ruleset.skip_markers]
+        self.skip_marker_texts = list(ruleset.skip_markers)
+        self.hosted_markers = list(ruleset.hosted_markers)
+        self.warnings: list[str] = []
+        self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
+        self.disabled_patterns: set[tuple[str, str]] = set()
+        self.targets = self._targets()
+        self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
+        self._targets_for: dict[frozenset[bytes], _Selection] = {}
+        self._watched = False  # the targets' searches use stdlib re under the watchdog
+        all_anchors = sorted(set(self.targets) | set(self.skip_markers))
+        self.engine = make_engine(all_anchors, engine, self.skip_markers) if all_anchors else None
+
+    def _targets(self) -> dict[bytes, list[_Target]]:
+        """Anchor -> the patterns a line holding it may match."""
+        builtin = {str(path) for path in builtin_rule_files()}
+        targets: dict[bytes, list[_Target]] = {}
+        for index, rule in enumerate(self.rules):
+            for pattern_index, pattern in enumerate(rule.patterns):
+                derived = anchors_for(pattern.compiled.pattern)
+                anchors = derived.anchors
+                if needs_keywords(derived):
+                    anchors = [keyword_anchor(k) for k in rule.keywords]  # better than a weak anchor
+                    weak = [k for k in anchors if not strong_anchor(k)]
+                    if weak and rule.file not in builtin:
+                        self.warnings.append(
+                            f"{rule.file}:{rule.line}: rule {rule.code} pattern {pattern.id}: {derived.warning}, "
+                            f"and its keyword {weak[0]!r} is short or starts with a common byte: scans get slower"
+                        )
+                    needs: frozenset[bytes] = frozenset()
+                else:
+                    needs = frozenset(anchor.encode() for anchor in anchors)  # each is text the pattern requires
+                target = _Target(rule, index, pattern, pattern_index, needs, rule.file in builtin)
+                for anchor in anchors:
+                    targets.setdefault(anchor.encode(), []).append(target)
+        return targets
+
+    @property
+    def anchors(self) -> list[bytes]:
+        """Every literal the anchor pass looks for (skip markers included), as for grep -F -f."""
+        return sorted(set(self.targets) | set(self.skip_markers))
+
+    # --- the chunk loop -------------------------------------------------------------
+
+    def scan(self, source: str, chunks: Iterable[Chunk]) -> Iterator[Event]:
+        """Events in the order of the lines they start on."""
+        watched = WATCHDOG.arm()
+        try:
+            yield from self._scan(source, chunks, watched)
+        finally:
+            if watched:
+                WATCHDOG.disarm()
+
+    def _scan(self, source: str, chunks: Iterable[Chunk], watched: bool) -> Iterator[Event]:
+        if watched != self._watched:  # the searches bound so far are for the other kind
+            for target in {id(t): t for targets in self.targets.values() for t in targets}.values():
+                target.search = None
+            self._watched = watched
+        cursor = _Cursor()
+        history = _History()  # the last lines read, for a candidate at the start of a chunk
+        pending: list[_Pending] = []  # candidates at the end of the last chunk
+        line_no: int | None = None
+        for chunk in chunks:
+            if line_no is None:
+                line_no = chunk.first_line
+            if pending:
+                yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
+            pending = []
+            lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor)
+            chunk.lines = lines  # the reader need not count them again
+            line_no += lines
+            history.add(chunk.data, chunk.end)
+        if pending:
+            yield from self._scan_seam(source, pending, b"", 0, cursor)
+        self.warnings.extend(cursor.warnings)
+
+    def scan_text(self, source: str, text: str) -> list[Event]:
+        """Scan a string (rule examples, tests)."""
+        return list(self.scan(source, [Chunk(text.encode(), 1)]))
+
+    def _scan_chunk(
+        self, source: str, data: bytes | bytearray, end: int, first_line: int, history: _History,
+        pending: list[_Pending], cursor: _Cursor,
+    ) -> Iterator[Event]:
+        """Match the candidate lines of data[:end]; defer those at its end; return its line count.
+
+        data may be the reader's buffer, refilled after this chunk: every search stops at
+        end, and what a later chunk needs (deferred candidates, the last lines) is copied.
+        The anchor pass lists the chunk's candidates before any is matched, and the events
+        go out in bursts: matching a few hundred metrics lines back to back, and diagnosing
+        their events so, keeps that code and its data in the CPU caches (10-20% of a scan
+        of short lines went to bringing them back after each line's share of the pass)."""
+        if self.engine is None:
+            return data.count(b"\n", 0, end)
+        candidates, lines = self._candidates(data, end, first_line)
+        tail_start = _start_of_last_lines(data, CONTEXT_LINES, end)
+        head_end = _end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
+        events: list[Event] = []
+        try:
+            for line_start, line_end, line_no, selection in candidates:
+                if line_no <= cursor.consumed_until:
+                    continue
+                if line_start >= tail_start:  # its next lines are in the next chunk
+                    buffer, offset = _around(data, line_start, end, history)
+                    reported: frozenset[str] = frozenset()
+                    if self.live:
+                        alone = self._match_alone(source, buffer, offset, line_no, cursor)
+                        reported = frozenset(event.rule.code for event in alone)
+                        events += alone
+                    pending.append(_Pending(buffer, offset, line_no, reported))
+                elif line_start < head_end:
+                    buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
+                    events += self._match_at(source, buffer, offset, line_no, cursor)
+                elif selection.every:
+                    events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
+                if len(events) >= EVENT_BURST:
+                    yield from events
+                    events = []
+        except KeyboardInterrupt:  # Ctrl-C: what was matched before it is still reported
+            yield from events
+            raise
+        yield from events
+        return lines
+
+    def _candidates(
+        self, data: bytes | bytearray, end: int, first_line: int
+    ) -> tuple[list[tuple[int, int, int, _Selection]], int]:
+        """The lines of data[:end] that hold an anchor, less request-log lines: (start, end,
+        number, the patterns to try), and the number of lines in data[:end]."""
+        self.engine.new_chunk()  # type: ignore[union-attr]
+        search, skip, position = self.engine.search, self.skip_markers, 0  # type: ignore[union-attr]
+        counted_to, line_no = 0, first_line
+        candidates = []
+        while position < end:
+            hit = search(data, position, end)
+            if hit is None:
+                break
+            hit_start, hit_end, anchor = hit
+            line_start = data.rfind(b"\n", 0, hit_start) + 1
+            line_end = data.find(b"\n", hit_end, end)
+            line_end = end if line_end < 0 else line_end
+            position = line_end + 1
+            line_no += data.count(b"\n", counted_to, line_start)
+            counted_to = line_start
+            if anchor in skip or _holds_any(data, skip, line_start, line_end):
+                if line_end < end:  # a request log line: prompt text quoting an error is not an event
+                    line_no, counted_to = line_no + 1, line_end + 1
+                continue
+            # the anchors are listed now: hyperscan still holds this stretch's hits
+            candidates.append((line_start, line_end, line_no, self._targets_in(data, line_start, line_end)))
+        return candidates, line_no - first_line + data.count(b"\n", counted_to, end)
+
+    def _scan_seam(
+        self, source: str, pending: list[_Pending], data: bytes | bytearray, end: int, cursor: _Cursor
+    ) -> Iterator[Event]:
+        """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
+        following = b"".join(_lines_after(data, 0, CONTEXT_LINES, end))
+        for deferred in pending:
+            if deferred.line_no > cursor.consumed_until:
+                buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
+                yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported)
+
+    def _match_at(
+        self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
+        reported: frozenset[str] = frozenset(),
+    ) -> list[Event]:
+        """The events of a candidate line in a small buffer that holds its neighbours (a seam)."""
+        found = self._line_in(buffer, line_start, line_no)
+        if found is None:
+            return []
+        selection, lines = found
+        if not reported:
+            return self._match_line(source, lines, selection, cursor)
+        targets = [t for t in selection.every if t.rule.code not in reported]
+        if not (targets and lines.next_may_continue()):
+            return []
+        # the line alone was matched already: only its continuation is new (as _match_line
+        # does after a match on the line alone)
+        text = lines.parts(0).text
+        rest = [t for t in targets if self._cut_short(t, text)]
+        events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
+        self._mark_hosted(events, lines, selection)
+        return events
+
+    def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
+        """The events of one line on its own (live: the lines after it are not read yet)."""
+        found = self._line_in(buffer, line_start, line_no)
+        if found is None:
+            return []
+        selection, lines = found
+        parts = lines.parts(0)
+        events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
+        self._mark_hosted(events, lines, selection)
+        return events
+
+    def _line_in(self, buffer: bytes, line_start: int, line_no: int) -> tuple[_Selection, _Lines] | None:
+        """A candidate line in a small buffer of its own and its neighbours: the patterns it
+        may match and the lines, or None when it holds no pattern's anchor."""
+        line_end = buffer.find(b"\n", line_start)
+        line_end = len(buffer) if line_end < 0 else line_end
+        selection = self._targets_in(buffer, line_start, line_end)
+        return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every else None
+
+    def _targets_in(self, buffer: bytes, start: int, end: int) -> _Selection:
+        """The patterns whose anchors the line holds, in rule-file order."""
+        found = frozenset(self.engine.found_in(buffer, start, end))  # type: ignore[union-attr]
+        selection = self._targets_for.get(found)
+        if selection is None:  # a few combinations repeat all through a log (metrics lines)
+            held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
+            chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
+            every = [chosen[key] for key in sorted(chosen)]
+            hosted = any(t.rule.stage in HOSTED_STAGES for t in every)
+            selection = _Selection(every, [t for t in every if t.needs <= held], hosted)
+            if len(self._targets_for) < MAX_TARGET_SETS:
+                self._targets_for[found] = selection
+        return selection
+
+    # --- one candidate line ---------------------------------------------------------
+
+    def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
+        parts = lines.parts(0)
+        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
+        targets = selection.every
+        if not events:
+            events = self._match_wrapped(source, lines, targets, cursor)
+        elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
+            matched = {event.rule.code for event in events}
+            rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
+            if rest:
+                events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
+        self._mark_hosted(events, lines, selection)
+        return events
+
+    def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
+        if selection.hosted and any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
+            context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
+            hosted = any(marker in context for marker in self.hosted_markers)
+            for event in events:
+                event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
+
+    def _cut_short(self, target: _Target, text: str) -> bool:
+        """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
+        try:
+            match = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
+        except TimeoutError:
+            return False
+        return match is not None and match.partial and match.end() > match.start()
+
+    def _match_wrapped(
+        self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, windows=WRAP_WINDOWS
+    ) -> list[Event]:
+        for before, after in windows:
+            texts = [lines.parts(offset).text for offset in range(before, after + 1)]
+            if any(t is None for t in texts):
+                continue
+            for joined in _joins(texts):
+                events = self._match_text(
+                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
+                )
+                if events:
+                    cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
+                    return events
+        return []
+
+    def _match_text(
+        self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[_Target], cursor: _Cursor
+    ) -> list[Event]:
+        """At most one event per rule: its first pattern (in file order) that matches."""
+        events: list[Event] = []
+        matched_rule = -1  # targets come in rule order: a rule's patterns are next to each other
+        disabled = self.disabled_patterns
+        record = None
+        for target in targets:
+            rule, pattern = target.rule, target.pattern
+            if target.rule_index == matched_rule or (disabled and (rule.code, pattern.id) in disabled):
+                continue
+            search = target.search or self._bind_search(target)
+            try:
+                match = search(text)
+            except TimeoutError:
+                self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
+                continue
+            if match is None:
+                continue
+            if record is None:
+                record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
+            groups = match.groupdict()
+            read_fields = target.read_fields
+            if read_fields is None:
+                read_fields = target.read_fields = field_reader(rule, list(groups))
+            fields = read_fields(groups)
+            events.append(Event(rule, record, fields, match.group(0)[:MAX_EXCERPT], pattern.id, pattern.hosted))
+            matched_rule = target.rule_index
+        return events
+
+    def _bind_search(self, target: _Target) -> Callable[[str], Any]:
+        """A built-in pattern searches with stdlib re under the watchdog where it can run (the
+        main thread on POSIX): two to four times quicker on a line. Others keep regex's timeout."""
+        if self._watched and target.builtin:
+            target.search = WATCHDOG.bound(re.compile(target.pattern.compiled.pattern).search)
+        else:
+            target.search = functools.partial(target.pattern.compiled.search, timeout=MATCH_TIMEOUT)
+        return target.search
+
+    def _timed_out(self, code: str, pattern_id: str, where: str, cursor: _Cursor) -> None:
+        """Warn; after MAX_TIMEOUTS the pattern is off, so a backtracking rule costs seconds, not hours."""
+        key = (code, pattern_id)
+        self.timeouts[key] = self.timeouts.get(key, 0) + 1
+        message = f"{where}: rule {code} pattern {pattern_id} took longer than {MATCH_TIMEOUT}s and was skipped on this line"
+        if self.timeouts[key] >= MAX_TIMEOUTS:
+            self.disabled_patterns.add(key)
+            message += f"; it timed out {MAX_TIMEOUTS} times and is off for the rest of the scan"
+        cursor.warnings.append(message)
+
+
+def field_reader(rule: Rule, names: list[str]) -> Callable[[dict[str, str | None]], dict[str, Any]]:
+    """A pattern's groupdict -> its typed fields; the types are looked up once per pattern,
+    not on every match (a metrics line matches two patterns a few times a second)."""
+    types = rule.field_types
+    plan = [(name, _CONVERTERS.get(types.get(name, "str"))) for name in names]
+    # a flag another pattern of the rule captures is simply off here
+    flags_off = {name: False for name, kind in types.items() if kind == "flag" and name not in names}
+
+    def read(groups: dict[str, str | None]) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for name, to_type in plan:
+            value = groups[name]
+            if value is not None:
+                fields[name] = to_type(value) if to_type else value
+            elif to_type is bool:
+                fields[name] = False
+        if flags_off:
+            fields.update(flags_off)
+        return fields
+
+    return read
+
+
+def _to_int(value: str) -> int | None:
+    try:
+        return int(value)  # the usual case: digits alone
+    except ValueError:
+        cleaned = value.replace(",", "").replace("_", "")
+    try:
+        return int(cleaned)
+    except ValueError:
+        try:
+            return int(float(cleaned))
+        except ValueError:
+            return None
+
+
+def _to_float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        try:
+            return float(value.replace(",", ""))
+        except ValueError:
+            return None
+
+
+_CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
+    "flag": bool, "int": _to_int, "float": _to_float, "gib": _to_float,
+}
+
+
+def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: int) -> bool:
+    for marker in markers:
+        if data.find(marker, start, end) >= 0:
+            return True
+    return False
+
+
+def _joins(texts: list[str]) -> list[str]:
+    joined = [texts[0]]
+    for text in texts[1:]:
+        joined = [variant for head in joined for variant in join_variants(head, text)]
+    return joined
+
+
+def _around(data: bytes | bytearray, line_start: int, end: int, history: _History) -> tuple[bytes, int]:
+    """A small buffer with the candidate line whole and up to CONTEXT_LINES lines on either
+    side within data[:end] (before it, from the earlier chunks when data holds fewer), and
+    the line's offset in it: for a line near a chunk's edge, whose neighbours the next
+    chunk or the last one holds.
+
+    A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so only its
+    first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying whole
+    neighbours at every seam was a copy of much of the input.
+    """
+    line_end = data.find(b"\n", line_start, end)
+    line_end = end if line_end < 0 else line_end + 1
+    before = _lines_before(data, line_start, CONTEXT_LINES)
+    if len(before) < CONTEXT_LINES:
+        before = history.lines_before(CONTEXT_LINES - len(before)) + before
+    head = b"".join(before)
+    after = b"".join(_lines_after(data, line_end, CONTEXT_LINES, end))
+    return head + data[line_start:line_end] + after, len(head)
+
+
+def _lines_before(buffer: bytes | bytearray, end: int, count: int) -> list[bytes]:
+    """Up to `count` whole lines of the buffer that end at `end`, oldest first, long ones clipped."""
+    lines: list[bytes] = []
+    while end > 0 and len(lines) < count:
+        start = buffer.rfind(b"\n", 0, end - 1) + 1
+        lines.append(_clipped(buffer, start, end))
+        end = start
+    lines.reverse()
+    return lines
+
+
+def _lines_after(buffer: bytes | bytearray, start: int, count: int, limit: int) -> list[bytes]:
+    """Up to `count` lines of buffer[:limit] from `start` on, long ones clipped."""
+    lines: list[bytes] = []
+    while start < limit and len(lines) < count:
+        end = buffer.find(b"\n", start, limit)
+        end = limit if end < 0 else end + 1
+        lines.append(_clipped(buffer, start, end))
+        start = end
+    return lines
+
+
+def _clipped(buffer: bytes | bytearray, start: int, end: int) -> bytes:
+    """buffer[start:end], one line; cut to MAX_JOIN_LINE + 1 bytes (still too long to join) when longer."""
+    newline = b"\n" if buffer[end - 1 : end] == b"\n" else b""
+    if end - start - len(newline) > MAX_JOIN_LINE:
+        return bytes(buffer[start : start + MAX_JOIN_LINE + 1]) + newline
+    return bytes(buffer[start:end])
+
+
+def _start_of_last_lines(buffer: bytes | bytearray, count: int, limit: int) -> int:
+    """Offset where the last `count` lines of buffer[:limit] begin (a final partial line counts)."""
+    end = limit
+    if buffer[limit - 1 : limit] == b"\n":
+        end -= 1
+    for _ in range(count):
+        cut = buffer.rfind(b"\n", 0, end)
+        if cut < 0:
+            return 0
+        end = cut
+    return end + 1 if end < limit else limit
+
+
+def _end_of_first_lines(buffer: bytes | bytearray, count: int, limit: int) -> int:
+    """Offset just past the first `count` lines of buffer[:limit]."""
+    end = 0
+    for _ in range(count):
+        cut = buffer.find(b"\n", end, limit)
+        if cut < 0:
+            return limit
+        end = cut + 1
+    return end
+
+
+def _substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, ...]]:
+    """For an anchor that holds shorter anchors, all of them: the engine reports only the longest."""
+    anchors = list(targets)
+    if not anchors:
+        return {}
+    find = ReEngine(anchors).found_in  # the longest anchor at each place inside another
+    known, lengths = set(anchors), sorted({len(a) for a in anchors})
+    closure = {}
+    for anchor in anchors:
+        found = find(anchor, 0, len(anchor))
+        found |= {f[:n] for f in found for n in lengths if n < len(f) and f[:n] in known}  # and their prefixes
+        inside = tuple(sorted(found))
+        if len(inside) > 1:
+            closure[anchor] = inside
+    return closure
+
+
+class _History:
+    """The last CONTEXT_LINES lines read (copied, long ones clipped): the reader reuses its buffer."""
+
+    def __init__(self) -> None:
+        self.tail: list[bytes] = []
+
+    def add(self, data: bytes | bytearray, end: int) -> None:
+        lines = _lines_before(data, end, CONTEXT_LINES)
+        if len(lines) < CONTEXT_LINES:  # a chunk of fewer lines: the older ones still count
+            lines = self.tail[-(CONTEXT_LINES - len(lines)) :] + lines
+        self.tail = lines
+
+    def lines_before(self, count: int) -> list[bytes]:
+        """The last `count` lines read (fewer at the start of the input)."""
+        return self.tail[-count:] if count > 0 else []
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A candidate at the end of a chunk, copied with its neighbours, waiting for the next lines."""
+
+    buffer: bytes
+    offset: int
+    line_no: int
+    reported: frozenset[str]  # rules already reported for it on its own (live)
+
+
+class _Lines:
+    """A candidate line and its neighbours in the buffer, parsed lazily."""
+
+    def __init__(self, buffer: bytes | bytearray, start: int, end: int, line_no: int, limit: int = -1):
+        self.buffer, self.start, self.end, self.line_no = buffer, start, end, line_no
+        self.limit = len(buffer) if limit < 0 else limit  # the buffer's lines end here
+        self._parsed: dict[int, LineParts | None] = {}
+
+    def _bounds(self, offset: int) -> tuple[int, int] | None:
+        start, end = self.start, self.end
+        for _ in range(abs(offset)):
+            if offset < 0:
+                if start == 0:
+                    return None
+                end = start - 1
+                start = self.buffer.rfind(b"\n", 0, end) + 1
+            else:
+                if end >= self.limit:
+                    return None
+                start = end + 1
+                end = self.buffer.find(b"\n", start, self.limit)
+                end = self.limit if end < 0 else end
+                if start >= self.limit:
+                    return None
+        return start, end
+
+    def parts(self, offset: int) -> LineParts:
+        if offset not in self._parsed:
+            bounds = self._bounds(offset)
+            if bounds and offset and bounds[1] - bounds[0] > MAX_JOIN_LINE:
+                bounds = None  # a request-log line or a prompt: never a wrapped message's other half
+            self._parsed[offset] = parse_line(self.buffer[bounds[0] : bounds[1]]) if bounds else None
+        parts = self._parsed[offset]
+        return parts if parts is not None else LineParts(None)  # type: ignore[arg-type]
+
+    def alone(self, selection: _Selection) -> list[_Target]:
+        """The patterns that may match this line on its own. A pattern needs all its anchors
+        in the raw bytes unless decoding rewrites them (escapes, ANSI, CR, NUL, a JSON log
+        record): then any of them will do."""
+        if REWRITTEN.search(self.buffer, self.start, self.end):
+            return selection.every
+        return selection.alone
+
+    def next_may_continue(self) -> bool:
+        """There is a next line and it does not start a record of its own."""
+        start = self.end + 1
+        return start < self.limit and NEW_RECORD.match(self.buffer, start, self.limit) is None
+
+    def context_text(self, skip_markers: list[str]) -> str:
+        """The lines around the candidate, less request-log lines (a prompt may name any host)."""
+        texts = [self.parts(o).text for o in range(-CONTEXT_LINES, CONTEXT_LINES + 1)]
+        return "\n".join(t for t in texts if t and not any(m in t for m in skip_markers))

@@ -1,0 +1,68 @@
+"""Values that travel between the stages: records, events, findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STAGES = ("request", "startup", "runtime", "config")
+SEVERITIES = ("info", "warning", "error")
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass(slots=True)
+class Record:
+    """One logical log message: prefixes stripped, escapes decoded, wrapped lines joined."""
+
+    source: str
+    line: int  # 1-based number of the first physical line
+    end_line: int  # last physical line the message spans
+    text: str
+    level: str | None = None
+    time: str | None = None
+    process: str | None = None  # e.g. "EngineCore_DP0 pid=7"
+    rank: str | None = None  # e.g. "TP1", "rank=1", "DP0"
+
+
+@dataclass(slots=True)
+class Event:
+    """A rule matched a record: the numbers it yielded and the text it matched."""
+
+    rule: Any  # triage.rules.ruleset.Rule (kept loose to avoid an import cycle)
+    record: Record
+    fields: dict[str, Any]
+    excerpt: str
+    pattern_id: str
+    hosted: bool = False
+
+
+@dataclass(slots=True)
+class Finding:
+    code: str
+    name: str
+    title: str
+    stage: str
+    severity: str
+    source: str
+    line: int
+    excerpt: str
+    fields: dict[str, Any]
+    derived: dict[str, Any]
+    cause: list[str]
+    fixes: list[str]
+    process: str | None = None
+    rank: str | None = None
+    time: str | None = None
+    count: int = 1
+    last_line: int | None = None
+    last_time: str | None = None
+    hosted: bool = False
+    references: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)  # what the log said elsewhere, as used here
+    text: str | None = None  # the whole record, only with --show-text: it may quote a prompt
+    run: int = 1  # which startup run of the log (1-based): facts never cross runs
+    root: bool | None = None  # several ranks failed: True for the first, False for the others
+    consequence_of: str | None = None  # for root False: "CODE at source:line (rank)" of the root

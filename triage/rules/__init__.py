@@ -1,0 +1,1 @@
+"""Rules: the YAML rule model, its loading, cache, expressions and self-tests."""

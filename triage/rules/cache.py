@@ -1,0 +1,179 @@
+"""A cache of the work derived from rule files, so a scan does not redo it at every start.
+
+Reading the rule files (YAML), checking their regexes and deriving the anchors is most
+of a scan's start-up, and it gives the same result for the same bytes. An entry is
+named by a hash of everything it was derived from: the package version, the source of
+the code that derives it, the Python and regex versions, and the bytes of the rule file
+(or the list of anchors). An edited rule file therefore never meets an old entry, and a
+file with an error is never stored, so its error is reported at every run.
+
+Entries are plain data (JSON) or a hyperscan database, never pickle, in a directory
+only the user can write to: $VLLM_TRIAGE_CACHE, else $XDG_CACHE_HOME/vllm-triage, else
+~/.cache/vllm-triage. VLLM_TRIAGE_CACHE=off turns the cache off. An entry that cannot
+be read or does not check out is ignored (and rebuilt); a directory that cannot be
+written is skipped silently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+try:  # hashlib's own blake2b, without loading OpenSSL for hashlib's other hashes (3 ms of start-up)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
+
+from triage import __version__
+
+CACHE_VARIABLE = "VLLM_TRIAGE_CACHE"  # a directory, or "off"
+OFF = {"off", "0", "no", "false"}
+MAX_ENTRIES = 256  # beyond this, writing an entry removes the oldest ones
+FORMAT = b"1"
+# The code whose output is cached: a change to it (in a checkout, where the version
+# stays the same) must not meet entries it made before.
+DERIVING_MODULES = ("rules/ruleset.py", "match/anchors.py", "rules/cache.py", "match/matcher.py")
+
+_salt: bytes | None = None
+_usable_dirs: dict[str, bool] = {}
+
+
+def cache_dir() -> Path | None:
+    """The cache directory, or None when the cache is off."""
+    setting = os.environ.get(CACHE_VARIABLE, "").strip()
+    if setting.lower() in OFF:
+        return None
+    if setting:
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vllm-triage"
+
+
+def entry_key(kind: str, *parts: bytes) -> str:
+    digest = blake2b(_code_salt(), digest_size=20)
+    digest.update(kind.encode())
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _code_salt() -> bytes:
+    global _salt
+    if _salt is None:
+        digest = blake2b(FORMAT, digest_size=20)
+        digest.update(f"{__version__} {sys.version} {_module_files('regex')} {_module_files('yaml')}".encode())
+        here = Path(__file__).resolve().parent.parent  # the triage package
+        for name in DERIVING_MODULES:
+            try:
+                digest.update((here / name).read_bytes())
+            except OSError:  # pragma: no cover - a zipped install: the version alone
+                digest.update(name.encode())
+        _salt = digest.digest()
+    return _salt
+
+
+def _module_files(module: str) -> str:
+    """An installed module the cached entries depend on (regex checked their patterns, PyYAML
+    read their files), told by its files' sizes and times rather than its version: importing
+    it to ask would cost a start-up that may never need it (13 ms for regex)."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin:
+            return f"{module} unknown"
+        origin = Path(spec.origin)
+        files = [origin] if spec.submodule_search_locations is None else sorted(origin.parent.iterdir())
+        return " ".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.is_file())
+    except (ImportError, OSError, ValueError):
+        return f"{module} unknown"
+
+
+def read(name: str) -> bytes | None:
+    """The entry's payload, or None: no cache, no such entry, unreadable or damaged."""
+    folder = cache_dir()
+    if folder is None or not _usable(folder, create=False):
+        return None
+    try:
+        stored = (folder / name).read_bytes()
+    except OSError:
+        return None
+    checksum, _, payload = stored.partition(b"\n")
+    if checksum != blake2b(payload, digest_size=20).hexdigest().encode():
+        return None  # cut short or changed: rebuilt and written again
+    return payload
+
+
+def write(name: str, payload: bytes) -> None:
+    """Store atomically (a reader sees the old entry or the new one, never a part); any
+    failure (read-only directory, full disk) just leaves the cache as it was."""
+    folder = cache_dir()
+    if folder is None or not _usable(folder, create=True):
+        return
+    temporary = folder / f".{name}.{os.getpid()}.tmp"
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(blake2b(payload, digest_size=20).hexdigest().encode() + b"\n" + payload)
+        os.replace(temporary, folder / name)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        return
+    _prune(folder)
+
+
+def read_json(name: str, object_hook: Any = None) -> Any:
+    """The entry as JSON data, or None; object_hook as for json.loads (an error in it: None)."""
+    payload = read(name)
+    if payload is None:
+        return None
+    try:
+        return json.loads(payload, object_hook=object_hook)
+    except Exception:  # noqa: BLE001 - not JSON, or not the shape the hook takes: no entry
+        return None
+
+
+def write_json(name: str, value: Any) -> None:
+    if cache_dir() is None:
+        return
+    try:
+        payload = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError):  # not plain data: not cached
+        return
+    write(name, payload)
+
+
+def _usable(folder: Path, create: bool) -> bool:
+    """Ours alone: owned by this user and writable by no one else (entries are trusted)."""
+    known = _usable_dirs.get(str(folder))
+    if known is not None:
+        return known
+    try:
+        if create:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.stat()
+    except OSError:
+        return False  # not made yet (a reader): not remembered, a writer may make it
+    getuid = getattr(os, "getuid", None)
+    usable = (getuid is None or info.st_uid == getuid()) and not info.st_mode & 0o022
+    _usable_dirs[str(folder)] = usable
+    return usable
+
+
+def _prune(folder: Path) -> None:
+    """Keep the newest MAX_ENTRIES entries: each edit of a rule file adds one."""
+    try:
+        entries = [entry for entry in os.scandir(folder) if entry.is_file() and not entry.name.startswith(".")]
+        if len(entries) <= MAX_ENTRIES:
+            return
+        entries.sort(key=lambda entry: entry.stat().st_mtime)
+        for entry in entries[: len(entries) - MAX_ENTRIES]:
+            os.unlink(entry.path)
+    except OSError:
+        pass
