@@ -22,7 +22,7 @@ from triage.model import Finding
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
-FORMATS = ["text", "json", "jsonl", "sarif", "github", "junit", "markdown"]
+FORMATS = ["text", "json", "jsonl", "sarif", "github", "junit", "markdown", "concise"]
 CASES = {
     "startup-kv-too-small-v1": ["scan", "fixtures/startup-kv-too-small-v1.log"],
     "healthy": ["scan", "fixtures/gate/healthy.log"],

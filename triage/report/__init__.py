@@ -147,6 +147,7 @@ _FORMATS = {
     "github": ("github", "render"),
     "junit": ("junit", "render"),
     "markdown": ("markdown", "render"),
+    "concise": ("concise", "render"),
 }
 
 
@@ -156,6 +157,7 @@ _PIECES = {
     "text": ("text", "plain_pieces"),
     "json": ("json_format", "pieces"),
     "jsonl": ("jsonl", "pieces"),
+    "concise": ("concise", "pieces"),
 }
 
 

@@ -1,0 +1,62 @@
+"""One line per finding, the way compilers and linters write them, for editors' problem lists.
+
+    path:line: severity: CODE title (name=value, ...)
+
+path is relative to the working directory (as GitHub annotations and SARIF have it), line is
+at least 1, severity is error, warning or info, and the numbers are the finding's own figures
+(what vLLM printed) followed by those it took from elsewhere in its run, as plain numbers a
+flag takes (no thousands separators). The last line is the one-line summary, which starts
+with the tool's name so that no problem matcher reads it as a finding. This shape is stable:
+README.md ("In your editor") has the VS Code problem matcher and tests/report/test_concise.py
+checks that its regex reads every line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from triage.model import Finding
+from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
+
+
+def render(result: ScanResult) -> str:
+    return "".join(pieces(result))
+
+
+def pieces(result: ScanResult) -> Iterator[str]:
+    for finding in ordered(result.findings):
+        yield line(finding) + "\n"
+    yield f"{TOOL_NAME}: {summary_line(result)}\n"
+
+
+def line(finding: Finding) -> str:
+    text = f"{relative_path(finding.source)}:{max(finding.line, 1)}: {finding.severity}: {finding.code} {one_line(finding.title)}"
+    numbers = key_numbers(finding)
+    if finding.count > 1:
+        numbers.append(f"x{finding.count}")
+    return f"{text} ({', '.join(numbers)})" if numbers else text
+
+
+def key_numbers(finding: Finding) -> list[str]:
+    """name=value for each number the finding holds: its own, then its run's facts."""
+    figures = {**finding.fields, **{name: value for name, value in finding.facts.items() if name not in finding.fields}}
+    return [f"{name}={plain_number(value)}" for name, value in figures.items() if is_number(value)]
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def plain_number(value: float) -> str:
+    """65536, 5.31, 0.9: what a flag takes (no separators, at most two decimals)."""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def one_line(text: str) -> str:
+    """A title from a user's rule file could hold a newline: it would start a false finding."""
+    return " ".join(text.split())
