@@ -1,7 +1,11 @@
 """Write a synthetic vLLM server log of a given size, and what it injected.
 
-Two shapes, both seeded and deterministic (same seed and size, same bytes):
+Three shapes, all seeded and deterministic (same seed and size, same bytes):
 
+- ``mix``: a busy server as vLLM's defaults have it: request logging off (so no
+  "Received", "Added" or "Aborted request" lines), uvicorn's access log on, one access
+  line per request at MIX_REQUESTS_PER_SECOND, a metrics line every MIX_METRICS_EVERY
+  seconds per engine (MIX_ENGINES), V1's process tag on every line.
 - ``request-log``: vLLM with request logging on. Every request is one line holding
   its whole prompt and token ids (10 KB to a few MB); some prompts quote error
   messages and tracebacks, which are not server events (decoys).
@@ -32,7 +36,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import BinaryIO
 
-SHAPES = ("request-log", "access-log")
+SHAPES = ("mix", "request-log", "access-log")  # the realistic mix first, then the stress shapes
+MIX_REQUESTS_PER_SECOND = 50
+MIX_METRICS_EVERY = 10  # seconds: vLLM's default stats interval
+MIX_ENGINES = 1
 EVENT_EVERY = 1 << 20  # about one error event per MiB of log
 STARTUP_EVERY = 64 << 20  # a server restart every 64 MiB
 POOL_BLOCKS = 48
@@ -187,7 +194,7 @@ class LogWriter:
         self.written = 0
         self.counts: Counter[str] = Counter()
         self.decoys = 0
-        seeded = self.rng.random() < 0.5  # a server that tags its lines (0.10 - 0.30); drawn either way
+        seeded = self.rng.random() < 0.5 or shape == "mix"  # a server that tags its lines (0.10 - 0.30); drawn either way
         self.tagged = seeded if tagged is None else tagged
         self.pool = self._noise_pool(pool_blocks)
 
@@ -219,10 +226,10 @@ class LogWriter:
         ip = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}:{rng.randint(1024, 65535)}"
         return f'{tag}INFO:     {ip} - "{request}" {status}\n'
 
-    def metrics_line(self) -> str:
+    def metrics_line(self, engine: int = 0) -> str:
         rng = self.rng
         return self.prefix("INFO", "loggers.py:123") + (
-            f"Engine 000: Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation "
+            f"Engine {engine:03d}: Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation "
             f"throughput: {rng.uniform(0, 900):.1f} tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: "
             f"{rng.randint(0, 30)} reqs, GPU KV cache usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit "
             f"rate: {rng.uniform(0, 90):.1f}%\n"
@@ -278,6 +285,9 @@ class LogWriter:
                 lines.append(self.access_line())
                 if self.rng.random() < 0.3:
                     lines.append(self.metrics_line())
+            elif self.shape == "mix":  # one stats interval of server time
+                lines += [self.access_line() for _ in range(MIX_REQUESTS_PER_SECOND * MIX_METRICS_EVERY)]
+                lines += [self.metrics_line(engine) for engine in range(MIX_ENGINES)]
             else:
                 length = 0
                 while length < 256 << 10:

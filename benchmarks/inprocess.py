@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # an installed vllm-triage first
 
 from triage.diagnose.diagnoser import Diagnoser  # noqa: E402
 from triage.match.matcher import Matcher  # noqa: E402

@@ -1,17 +1,19 @@
 """Throughput, peak memory and exactness of `vllm-triage scan`, against grep -F.
 
-For each log shape (request logging on and off) and for 30 and 300 rules, it runs
-the whole `vllm-triage scan --format json` process and then
-`LC_ALL=C grep -c -F -f anchors.txt` on the same input, where anchors.txt is the
-tool's own list of literal anchors for that rule set (warm cache, best of
---repeat runs, whole process time). It prints MiB/s, the multiple of grep's time,
+For each log shape (the realistic mix first, then the stress shapes: request logging
+on, and short access lines with dense metrics) and for 30 and 300 rules, it runs
+`LC_ALL=C grep -c -F -f anchors.txt` and the whole `vllm-triage scan --format json`
+process with each engine (VLLM_TRIAGE_ENGINE=re, =hyperscan) on the same input, where
+anchors.txt is the tool's own list of literal anchors for that rule set (warm cache,
+whole process time, best of --repeat rounds; a round runs grep and each engine once,
+so a noisy machine slows them alike). It prints MiB/s, the multiple of grep's time,
 the scan's peak RSS (ru_maxrss of that child alone, from wait4), and whether the
 findings counted per rule equal what the generator injected.
 
     python benchmarks/run.py                      # 256 MiB per shape, in benchmarks/data/
-    python benchmarks/run.py --size 1G
+    python benchmarks/run.py --size 1G --repeat 3
     python benchmarks/run.py --size 10G --stdin   # generated on the fly into a pipe
-    VLLM_TRIAGE_ENGINE=re python benchmarks/run.py   # the stdlib engine even with hyperscan installed
+    python benchmarks/run.py --engine re          # one engine only
 
 The extra rules for the 300-rule runs are generated (plausible runtime messages,
 each with its example) and never match the injected events. The rule sets are the
@@ -35,11 +37,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # an installed vllm-triage first: the source tree lacks triage.rules.builtin
 sys.path.insert(0, str(HERE))
 
-from generate import SHAPES, parse_size  # noqa: E402
+from generate import MIX_ENGINES, MIX_METRICS_EVERY, MIX_REQUESTS_PER_SECOND, SHAPES, parse_size  # noqa: E402
 
+from triage.match.anchors import ENGINE_VARIABLE  # noqa: E402
 from triage.match.matcher import Matcher  # noqa: E402
 from triage.rules.ruleset import load_rules  # noqa: E402
 
@@ -117,31 +120,40 @@ def counted_findings(report: bytes, event_codes: set[str]) -> Counter:
     return counts
 
 
+def installed_engines() -> list[str]:
+    """The engines the scanner next to this Python can run (hyperscan where it is installed)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('hyperscan') is None)"
+    return ["re", "hyperscan"] if subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0 else ["re"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Benchmark vllm-triage scan against grep -F.")
     parser.add_argument("--size", default="256M", help="log size per shape (default 256M)")
     parser.add_argument("--stdin", action="store_true", help="generate into a pipe instead of a file")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per measurement; the best counts")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds per measurement; the best counts")
     parser.add_argument("--shape", choices=SHAPES, action="append", help="only this shape (repeatable)")
     parser.add_argument("--scale", type=int, choices=RULE_SCALES, action="append", help="only this rule-set scale")
+    parser.add_argument("--engine", choices=("re", "hyperscan"), action="append",
+                        help="only this engine (repeatable; default: every installed one)")
     parser.add_argument("--data", default=str(HERE / "data"), help="where logs and rule files go")
     parser.add_argument("--tags", choices=("seeded", "on", "off"), default="seeded",
-                        help="V1's process tag on every line of the generated logs (default: as the seed picks: off)")
+                        help="V1's process tag on every line of the generated logs (default: as the shape and seed pick)")
     args = parser.parse_args(argv)
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     size = parse_size(args.size)
     scanner = shutil.which("vllm-triage", path=str(Path(sys.executable).parent)) or "vllm-triage"
     grep = shutil.which("grep") or "grep"
-    env = dict(os.environ, LC_ALL="C")
+    engines = args.engine or installed_engines()
     # As installed: pip compiles the modules; without their .pyc (PYTHONDONTWRITEBYTECODE, a
     # fresh checkout) every run would compile them again, 20 ms or more of start-up.
     compileall.compile_dir(str(ROOT / "triage"), quiet=1)
     builtin = len(load_rules().rules)
-    engine = Matcher(load_rules()).engine
-    print(f"engine: {engine.name if engine else 'none'}; {builtin} built-in rules; {size / 2**20:.0f} MiB per shape"
+    print(f"engines: {', '.join(engines)}; {builtin} built-in rules; {size / 2**20:.0f} MiB per shape"
           f"{' through stdin' if args.stdin else ''}{'' if args.tags == 'seeded' else f'; tags {args.tags}'}; best of {args.repeat}")
-    print(f"{'shape':<12} {'rules':>5} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  findings = injected")
+    print(f"mix: {MIX_REQUESTS_PER_SECOND} requests/s (one access line each), a metrics line every {MIX_METRICS_EVERY} s "
+          f"from each of {MIX_ENGINES} engine(s), request logging off (so no aborts logged), V1's process tags")
+    print(f"{'shape':<12} {'rules':>5} {'engine':<9} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  findings = injected")
     for shape in args.shape or SHAPES:
         name = shape if args.tags == "seeded" else f"{shape}-tags-{args.tags}"
         log = data / f"{name}-{args.size}.log"
@@ -160,19 +172,30 @@ def main(argv: list[str] | None = None) -> int:
             anchors.write_bytes(b"\n".join(matcher.anchors) + b"\n")
             source = None if args.stdin else log
             feed = generate + ["-o", "-"] if args.stdin else None
-            grep_runs = [run_timed([grep, "-c", "-F", "-f", str(anchors)], source, feed, env) for _ in range(args.repeat)]
             scan_command = [scanner, "scan", "--format", "json", "--fail-on", "never"]
             scan_command += [option for path in extra for option in ("--rules", str(path))]
-            scan_runs = [run_timed(scan_command, source, feed, env) for _ in range(args.repeat)]
-            grep_seconds = min(r[0] for r in grep_runs)
-            scan_seconds = min(r[0] for r in scan_runs)
-            peak_mib = max(r[1] for r in scan_runs) / 1024
-            found = counted_findings(scan_runs[0][2], {r.code for r in matcher.rules if r.kind == "finding"})
-            exact = "yes" if found == injected else f"NO: found {dict(sorted(found.items()))}, injected {dict(sorted(injected.items()))}"
-            print(f"{shape:<12} {total:>5} {size / 2**20 / scan_seconds:>8.0f} {scan_seconds / grep_seconds:>7.1f} "
-                  f"{grep_seconds:>7.2f} {scan_seconds:>7.2f} {peak_mib:>8.0f}  {exact}", flush=True)
+            runs: dict[str, list] = {"grep": [], **{engine: [] for engine in engines}}
+            for _ in range(args.repeat):
+                runs["grep"].append(run_timed([grep, "-c", "-F", "-f", str(anchors)], source, feed, env_with()))
+                for engine in engines:
+                    runs[engine].append(run_timed(scan_command, source, feed, env_with(engine)))
+            grep_seconds = min(r[0] for r in runs["grep"])
+            codes = {r.code for r in matcher.rules if r.kind == "finding"}
+            for engine in engines:
+                scan_seconds = min(r[0] for r in runs[engine])
+                peak_mib = max(r[1] for r in runs[engine]) / 1024
+                found = counted_findings(runs[engine][0][2], codes)
+                exact = "yes" if found == injected else f"NO: found {dict(sorted(found.items()))}, injected {dict(sorted(injected.items()))}"
+                print(f"{shape:<12} {total:>5} {engine:<9} {size / 2**20 / scan_seconds:>8.0f} {scan_seconds / grep_seconds:>7.1f} "
+                      f"{grep_seconds:>7.2f} {scan_seconds:>7.2f} {peak_mib:>8.0f}  {exact}", flush=True)
     return 0
 
+
+def env_with(engine: str | None = None) -> dict[str, str]:
+    """The environment of a run: the C locale (grep's fastest), and the engine forced."""
+    env = dict(os.environ, LC_ALL="C")
+    env.pop(ENGINE_VARIABLE, None)
+    return env if engine is None else dict(env, **{ENGINE_VARIABLE: engine})
 
 if __name__ == "__main__":
     sys.exit(main())
