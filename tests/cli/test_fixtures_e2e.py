@@ -44,6 +44,14 @@ CASES = {
         Expect("VT101", "request", 26, {"max_model_len": 4096, "prompt_tokens": 3850, "completion_tokens": 512},
                {"over_by": 266, "max_tokens_fit": 246}, ("of at most 246 for this prompt",), count=2),
     ],
+    "request-many-rejections-v0110.log": [  # 36 refusals of different lengths: the histogram's input
+        Expect("VT101", "request", 10, {"max_model_len": 16384, "prompt_tokens": 12706, "completion_tokens": 4096},
+               {"rejected": 36, "requested_p50": 16598, "requested_p99": 17004, "requested_max": 17004,
+                "recommended_max_model_len": 17008,
+                "requested_histogram": [[16535, 16593, 17], [16594, 16652, 5], [16653, 16711, 4], [16712, 16770, 4],
+                                        [16771, 16829, 2], [16830, 16888, 1], [16889, 16947, 2], [16948, 17004, 1]]},
+               ("--max-model-len 17008 would have served 99%",), process="APIServer pid=512", count=36),
+    ],
     "request-max-tokens-too-large-v0110-kubectl.log": [  # kubectl --prefix --timestamps
         Expect("VT101", "request", 25, {"max_model_len": 32768, "prompt_tokens": 29873, "completion_tokens": 4096},
                {"max_tokens_fit": 2895, "over_by": 1201}, ("of at most 2895 for this prompt", "--max-model-len 33984"),
@@ -105,7 +113,7 @@ CASES = {
     "startup-kv-tokens-v066-journald.log": [  # token form, V0, through journald
         Expect("VT201", "startup", 18, {"max_model_len": 131072, "kv_tokens": 41120},
                {"fit_max_model_len": 41120, "fp8_max_model_len": 82240, "kv_gib_for_window": 16.0,
-                "utilization_to_fit": 1.37},
+                "utilization_to_fit": 1.37, "budget_gib": 21.28, "other_gib": 1.27},  # 21.28 - 14.99 - 5.02
                ("--max-model-len 41120", "cannot close this gap on this card (it would need 1.37)")),
     ],
     "startup-no-cache-blocks-v0101-ray.log": [  # Ray actor tags with ip, "[repeated Nx across cluster]"

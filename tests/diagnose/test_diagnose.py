@@ -1,10 +1,13 @@
 """Aggregation: exact nearest-rank percentiles, one finding per rule and run, the sizing advice."""
 
 import random
+from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from triage.diagnose.diagnoser import percentile, rejection_figures, requested_length
+from triage.diagnose.diagnoser import HISTOGRAM_BINS, histogram, percentile, rejection_figures, requested_length
 from triage.rules.ruleset import load_rules
 from triage.diagnose.diagnoser import diagnose
 
@@ -49,7 +52,23 @@ def test_rejection_figures_count_prompts_over_the_window_and_smaller_max_tokens(
     assert figures == {
         "rejected": 3, "requested_p50": 8500, "requested_p90": 9001, "requested_p99": 9001,
         "requested_max": 9001, "prompt_over_window": 2, "fit_with_smaller_max_tokens": 1,
+        # 8292, 8500 and 9001 in eight bins of 89 tokens from the shortest to the longest
+        "requested_histogram": [[8292, 8380, 1], [8381, 8469, 0], [8470, 8558, 1], [8559, 8647, 0],
+                                [8648, 8736, 0], [8737, 8825, 0], [8826, 8914, 0], [8915, 9001, 1]],
     }
+    assert "requested_histogram" not in rejection_figures([{"requested": 9000}, {"requested": 9000}])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300_000), min_size=1, max_size=60))
+def test_the_histogram_counts_every_length_once_in_the_bin_that_holds_it(lengths):
+    bins = histogram(Counter(lengths))
+    assert 1 <= len(bins) <= HISTOGRAM_BINS
+    assert bins[0][0] == min(lengths) and bins[-1][1] == max(lengths)
+    assert all(low <= high for low, high, _ in bins)
+    assert all(a[1] + 1 == b[0] for a, b in zip(bins, bins[1:]))  # contiguous, no overlap
+    for low, high, count in bins:
+        assert count == sum(low <= length <= high for length in lengths)
 
 
 def hundreds_of_rejections(seed: int = 7) -> str:
@@ -110,5 +129,7 @@ def test_a_startup_shortfall_says_which_figures_it_used(matcher):
     assert finding.derived["bytes_per_token"] == 131072  # 8 GiB over 65,536 tokens
     assert finding.derived["fit_max_model_len"] == 43488
     assert finding.derived["utilization_to_fit"] == 0.94  # 0.9 + 2.69 GiB / 79.19 GiB, rounded up
-    assert finding.facts == {"gpu_memory_utilization": 0.9, "total_gib": 79.19}
+    assert finding.facts == {"gpu_memory_utilization": 0.9, "total_gib": 79.19, "requested_gib": 71.27}
+    assert finding.derived["budget_gib"] == 71.27  # vLLM's own product of the two
+    assert "other_gib" not in finding.derived  # the log never said what the weights take
     assert any("--gpu-memory-utilization to 0.94" in fix for fix in finding.fixes)

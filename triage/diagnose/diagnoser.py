@@ -419,7 +419,22 @@ class RejectionStats:
             "requested_max": max(self.lengths),
             "prompt_over_window": self.prompt_over,
             "fit_with_smaller_max_tokens": self.fit_smaller,
+            **({"requested_histogram": histogram(self.lengths)} if len(self.lengths) > 1 else {}),
         }
+
+
+HISTOGRAM_BINS = 8
+
+
+def histogram(counts: Mapping[int, int], bins: int = HISTOGRAM_BINS) -> list[list[int]]:
+    """Requested lengths in equal bins from the shortest to the longest, as [low, high,
+    how many] with both ends inclusive: what the report draws, so it never sorts lengths."""
+    low, high = min(counts), max(counts)
+    width = max(1, math.ceil((high - low + 1) / bins))
+    tally = [0] * math.ceil((high - low + 1) / width)
+    for length, count in counts.items():
+        tally[(length - low) // width] += count
+    return [[low + i * width, min(high, low + (i + 1) * width - 1), count] for i, count in enumerate(tally)]
 
 
 def counted_percentile(counts: Mapping[int, int], percent: float) -> int:
