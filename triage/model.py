@@ -1,9 +1,13 @@
-"""Values that travel between the stages: records, events, findings."""
+"""Values that travel between the stages: records, events, findings, a scan's result."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triage.diagnose.facts import Run
 
 STAGES = ("request", "startup", "runtime", "config")
 SEVERITIES = ("info", "warning", "error")
@@ -66,3 +70,16 @@ class Finding:
     run: int = 1  # which startup run of the log (1-based): facts never cross runs
     root: bool | None = None  # several ranks failed: True for the first, False for the others
     consequence_of: str | None = None  # for root False: "CODE at source:line (rank)" of the root
+
+
+@dataclass(slots=True)
+class ScanResult:
+    findings: Sequence[Finding]  # a list, or a FindingStore (a scan's: read as they are used)
+    inputs: list[str]
+    errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules
+    rules: list[Any] = field(default_factory=list)  # every rule that was run (for SARIF, JUnit)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # input name -> what its last run said
+    skipped: list[str] = field(default_factory=list)  # inputs opened but not logs (binary): not scanned
+    # input name -> its startup runs, in order (facts never cross runs); a run that ended
+    # keeps its facts and where they were said, not its events
+    runs: dict[str, list[Run]] = field(default_factory=dict)

@@ -34,7 +34,9 @@ def test_a_run_let_go_when_the_next_begins_gives_the_same_findings(ruleset, matc
     assert len(kept.runs) > 5  # the paste holds many runs
     assert [asdict(f) for f in ended.findings] == [asdict(f) for f in kept.findings]
     assert ended.facts == kept.facts and ended.facts.lines == kept.facts.lines
-    assert ended.runs == [] and len(diagnoser.splitter.runs) == 1  # only the current run is held
+    assert len(diagnoser.splitter.runs) == 1  # only the current run's events are held
+    assert [run.facts for run in ended.runs] == [run.facts for run in kept.runs]
+    assert not any(run.problems for run in ended.runs[:-1])
 
 
 def test_render_false_takes_the_event_and_returns_nothing(ruleset, matcher):

@@ -1,5 +1,8 @@
 """The fixture annotation scheme: markers, what they prove, and how a miss reads."""
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,56 @@ def test_run_counts_what_it_checked_and_skips_logs_without_markers(tmp_path):
     assert outcome.passed, outcome.failures
     assert outcome.fixtures == 4 and outcome.markers > 40
     assert outcome.rules == len(RULES.rules)
+
+
+TWO_RUNS_RULES = """
+stage: runtime
+rules:
+  - code: VT390
+    name: test-limit
+    kind: fact
+    title: The limit a later line is held to
+    severity: info
+    keywords: ["test limit is "]
+    patterns:
+      - id: limit
+        regex: 'test limit is {limit:int}'
+    examples:
+      match:
+        - text: "INFO test limit is 5"
+          fields: {limit: 5}
+  - code: VT391
+    name: test-over-limit
+    title: A value over the run's limit
+    severity: warning
+    keywords: ["test value is "]
+    patterns:
+      - id: value
+        regex: 'test value is {value:int}'
+    require: value > first(limit, 0)
+    derived:
+      over_by: value - first(limit, 0)
+    examples:
+      match:
+        - text: "INFO test value is 9"
+          derived: {over_by: 9}
+"""
+BANNER = "(APIServer pid={pid}) INFO 07-21 09:11:52 [api_server.py:1896] vLLM API server version 0.11.0"
+
+
+def test_markers_are_judged_by_the_facts_of_their_own_run_as_scan_judges_them(tmp_path):
+    """The second run's limit (the server restarted since) does not judge the first run's line."""
+    rules_file = tmp_path / "limits.yaml"
+    rules_file.write_text(TWO_RUNS_RULES)
+    ruleset = load_rules([str(rules_file)])
+    path = fixture(
+        tmp_path, BANNER.format(pid=1), "INFO test limit is 5", "#! expect VT391 value=9 over_by=4", "INFO test value is 9",
+        BANNER.format(pid=2), "INFO test limit is 20", "#! ok VT391", "INFO test value is 12",
+    )
+    assert check_fixture(ruleset, path) == ([], 2)
+    assert run(ruleset).passed  # the rules' own examples
+    scanned = subprocess.run(
+        [sys.executable, "-m", "triage", "scan", "--format", "json", "--rules", str(rules_file), str(path)],
+        capture_output=True, text=True,
+    )
+    assert [(f["code"], f["line"], f["run"]) for f in json.loads(scanned.stdout)["findings"]] == [("VT391", 4, 1)]

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import os
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from triage import __version__
-from triage.diagnose.diagnoser import Diagnoser
-from triage.diagnose.store import FindingStore
-from triage.match.matcher import Matcher
-from triage.input.follow import FollowedFile, big_regular_file, stdin_is_a_pipe, tee, with_progress
-from triage.input.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
+from triage.input.follow import stdin_is_a_pipe
+from triage.pipeline import ScanInterrupted, ScanOptions
+from triage.pipeline import scan as scan_inputs
 from triage.report import ScanResult, format_names, render, summary_line, write
 from triage.rules.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.model import SEVERITIES, Finding, severity_rank
@@ -43,79 +40,6 @@ def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
     except RuleError as exc:
         fail(str(exc))
         raise  # unreachable
-
-
-class ScanInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a scan; carries the result of what was read until then."""
-
-    def __init__(self, result: ScanResult):
-        super().__init__()
-        self.result = result
-
-
-def scan_paths(
-    paths: list[str], matcher: Matcher, keep_text: bool = False, on_finding: Callable[[Finding], None] | None = None,
-    follow: bool = False, tee_to: BinaryIO | None = None, progress: bool = False, standalone_checks: bool = True,
-    jobs: int = 1,
-) -> ScanResult:
-    """on_finding: called with each finding as soon as its line is read (live streams);
-    follow: read the one path like tail -f; tee_to: pass the input through unchanged;
-    standalone_checks: run the capacity checks that make findings of their own;
-    jobs: processes for a plain file on disk (the events come in line order all the same)."""
-    findings, inputs, errors, skipped = FindingStore(), [], [], []  # findings: compressed as each run ends
-    facts = {}
-    interrupted = False
-    checks = [rule for rule in matcher.rules if rule.kind == "check" and (standalone_checks or rule.attach_to)]
-    fact_names = matcher.ruleset.fact_names
-    for path in paths:
-        try:
-            name, stream = (path, io.BufferedReader(FollowedFile(path))) if follow else open_input(path)
-        except InputError as exc:
-            errors.append(str(exc))
-            continue
-        diagnoser = Diagnoser(checks, keep_text, fact_names, keep_runs=False, sink=findings)
-        try:
-            not_a_log = sniff_binary(stream)
-            if not_a_log:
-                errors.append(f"{name}: {not_a_log}; skipped")
-                skipped.append(name)
-                continue
-            inputs.append(name)
-            events = None
-            if jobs > 1 and not follow and tee_to is None and path != "-":
-                from triage.match.parallel import can_split, scan_split  # multiprocessing: imported only when asked
-
-                events = scan_split(matcher, path, jobs) if can_split(path) else None
-            if events is None:
-                events = matcher.scan(name, input_chunks(name, stream, tee_to, progress))
-            for event in events:
-                finding = diagnoser.add(event, render=on_finding is not None)
-                if finding is not None and on_finding is not None:
-                    on_finding(finding)
-        except InputError as exc:
-            errors.append(f"{name}: {exc} (scanned what could be read)")
-        except KeyboardInterrupt:
-            interrupted = True
-            errors.append(f"{name}: interrupted; the report covers what was read until then")
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
-        facts[name] = diagnoser.result().facts  # result() adds the last run's findings to the sink
-        if interrupted:
-            break
-    errors.extend(matcher.warnings)
-    result = ScanResult(findings, inputs, errors, list(matcher.rules), facts, skipped=skipped)
-    if interrupted:
-        raise ScanInterrupted(result)
-    return result
-
-
-def input_chunks(name: str, stream: BinaryIO, tee_to: BinaryIO | None, progress: bool) -> Iterator[Chunk]:
-    chunks = iter_chunks(stream)
-    size = big_regular_file(stream) if progress else None
-    if size:
-        chunks = with_progress(chunks, size, os.path.basename(name))
-    return tee(chunks, tee_to) if tee_to is not None else chunks
 
 
 def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
@@ -317,10 +241,10 @@ def scan(
     print_finding = live_printer(redact, to_stderr=tee_log) if live else None
     interrupted = False
     try:
-        result = scan_paths(
-            inputs, Matcher(ruleset, chosen, live=live), keep_text=show_text, on_finding=print_finding, follow=follow,
+        result = scan_inputs(inputs, ScanOptions(
+            ruleset, chosen, keep_text=show_text, on_finding=print_finding, follow=follow, live=live,
             tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(), jobs=jobs,
-        )
+        ))
     except ScanInterrupted as stop:
         result, interrupted = stop.result, True
     if redact:  # the one place: every format, and the messages below, get the masked result
@@ -367,7 +291,7 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
 
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
     # The gate asserts capacity with its own thresholds; the advisory capacity checks would repeat them.
-    result = scan_paths([startup_log], Matcher(load_ruleset(rule_paths)), standalone_checks=False)
+    result = scan_inputs([startup_log], ScanOptions(load_ruleset(rule_paths), standalone_checks=False))
     if not result.inputs:
         fail(result.errors[0])
     for error in result.errors:

@@ -67,8 +67,9 @@ class Diagnoser:
     ):
         """fact_names: every name a fact rule can set (RuleSet.fact_names); with them, an event
         whose `require` fails on its own numbers alone is not kept (flat memory on big logs).
-        keep_runs False: result().runs is empty, and a run is let go as soon as the next begins
-        (its findings are worked out then: facts never cross runs).
+        keep_runs False: a run's events are let go as soon as the next run begins (its findings
+        are worked out then: facts never cross runs); result().runs still lists every run, with
+        its facts and where each was said.
         sink: where the findings of each run go once final (a FindingStore); result(), called
         once, adds the last run's and gives the sink as its findings."""
         self.checks = [rule for rule in checks if rule.kind == "check"]
@@ -78,11 +79,16 @@ class Diagnoser:
         self._sink = sink
         self._ended: list[Finding] | FindingStore = [] if sink is None else sink  # the findings of the runs that ended
         self._last_ended: Run | None = None  # the last run that ended with facts or problems
-        self._kept: list[Run] = []  # keep_runs: the runs that ended with facts or problems
+        self._kept: list[Run] = []  # the runs that ended with facts or problems
         self.fact_names = None if fact_names is None else {*fact_names, *DEFAULTS}
         self._requirements: dict[int, Requirement] = {}  # id(rule) -> what its require reads
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
         self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
+
+    @property
+    def run(self) -> Run:
+        """The run the last event went to."""
+        return self._run
 
     def add(self, event: Event, render: bool = True) -> Finding | None:
         """Take the next event; a problem comes back as a finding rendered with the facts so far
@@ -131,8 +137,9 @@ class Diagnoser:
         if run.problems or run.facts:
             self._ended.extend(self._run_findings(run))
             self._last_ended = run
-            if self.splitter.keep_runs:
-                self._kept.append(run)
+            if not self.splitter.keep_runs:
+                run.problems = []  # they are findings now: the run keeps its facts alone
+            self._kept.append(run)
         self._folded.clear()  # the groups of the run that ended: the next run has none yet
 
     def result(self) -> Diagnosis:
@@ -141,8 +148,7 @@ class Diagnoser:
         if self._run.problems or self._run.facts:
             findings.extend(self._run_findings(self._run))
             last = self._run
-            if self.splitter.keep_runs:
-                runs.append(self._run)
+            runs.append(self._run)
         return Diagnosis(findings, last.facts.copy() if last else {}, runs)  # copy(): with the facts' lines
 
     def _run_findings(self, run: Run) -> list[Finding]:

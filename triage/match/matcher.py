@@ -126,6 +126,13 @@ class Matcher:
                     targets.setdefault(anchor.encode(), []).append(target)
         return targets
 
+    def time_phases(self, phases: Any) -> None:
+        """Time the anchor pass and the matching of candidate lines as phases "pass" and
+        "match" (a pipeline.Phases: the benchmarks). Only this matcher's two steps are
+        wrapped: a scan that is not measured pays nothing."""
+        self._candidates = phases.timing("pass", self._candidates)  # type: ignore[method-assign]
+        self._match_line = phases.timing("match", self._match_line)  # type: ignore[method-assign]
+
     @property
     def anchors(self) -> list[bytes]:
         """Every literal the anchor pass looks for (skip markers included), as for grep -F -f."""

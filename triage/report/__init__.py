@@ -10,26 +10,15 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triage.rules.expr import PLACEHOLDER
 from triage.rules.expr import format_value
 from triage.diagnose.store import Place, places_of, sorted_findings, take
-from triage.model import SEVERITIES, Finding
+from triage.model import SEVERITIES, Finding, ScanResult  # ScanResult: imported from here by the formats
 
 TOOL_NAME = "vllm-triage"
-
-
-@dataclass(slots=True)
-class ScanResult:
-    findings: list[Finding]  # or a FindingStore (a scan's: read as they are used)
-    inputs: list[str]
-    errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules
-    rules: list[Any] = field(default_factory=list)  # every rule that was run (for SARIF, JUnit)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # input name -> what that log said about itself
-    skipped: list[str] = field(default_factory=list)  # inputs opened but not logs (binary): not scanned
 
 
 def ordered(findings: Sequence[Finding]) -> Sequence[Finding]:

@@ -16,20 +16,19 @@ Marker lines are blanked before the scan, so line numbers stay those of the file
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import regex
 
+from triage import pipeline
 from triage.diagnose.diagnoser import meets_requirement
-from triage.diagnose.facts import DEFAULTS, Names, derive
+from triage.diagnose.facts import DEFAULTS, Facts, Names, Run, derive
 from triage.match.matcher import Matcher
-from triage.input.reader import iter_chunks
-from triage.rules.ruleset import Example, Rule, RuleSet
 from triage.model import Event
+from triage.rules.ruleset import Example, Rule, RuleSet
 
 MARKER_PREFIX = b"#!"
 MARKER = regex.compile(r"#!\s*(?P<verb>expect|ok)\b(?P<rest>.*)$")
@@ -86,7 +85,7 @@ def check_examples(ruleset: RuleSet) -> list[Failure]:
         for number, example in enumerate(rule.examples, 1):
             failures.extend(_check_match(matcher, rule, number, example))
         for number, text in enumerate(rule.counter_examples, 1):
-            if any(fires(e, {}) for e in matcher.scan_text("example", text)):
+            if fired_events(matcher, "example", text.encode()):
                 failures.append(
                     Failure(rule.code, f"counter-example {number}", f"matched but must not: {text[:100]!r}",
                             expected="no match", got=rule.code)
@@ -117,21 +116,36 @@ def _check_check(rule: Rule) -> list[Failure]:
     return failures
 
 
-def fires(event: Event, facts: dict[str, Any]) -> bool:
+def fires(event: Event, facts: Mapping[str, Any]) -> bool:
     """A match becomes a finding (or a fact) only when the rule's `require` holds."""
     return meets_requirement(event.rule, {**DEFAULTS, **facts, **event.fields})
 
 
+def fired_events(matcher: Matcher, source: str, data: bytes) -> list[tuple[Event, Facts]]:
+    """The events a scan of data takes, split into runs and diagnosed as `scan` does, that
+    fire, each with the facts it is judged by: a problem's, those its run holds at the end
+    (its finding is made with them); a fact's, those its run holds just after its line (what
+    it set, a count that later lines add to included)."""
+    seen: list[tuple[Event, Facts]] = []
+
+    def take(event: Event, run: Run) -> None:
+        seen.append((event, run.facts.copy() if event.rule.kind == "fact" else run.facts))
+
+    pipeline.scan([pipeline.Text(source, data)], pipeline.ScanOptions(matcher.ruleset, matcher=matcher, on_event=take))
+    return [(event, facts) for event, facts in seen if event.rule.kind == "fact" or fires(event, facts)]
+
+
 def _check_match(matcher: Matcher, rule: Rule, number: int, example: Example) -> list[Failure]:
     where = f"example {number}"
-    events = [e for e in matcher.scan_text("example", example.text) if fires(e, {})]
+    events = fired_events(matcher, "example", example.text.encode())
     if not events:
         return [Failure(rule.code, where, f"did not match: {example.text[:100]!r}", expected=rule.code, got="nothing")]
-    return compare_values(rule, where, events[0], {**example.fields, **example.derived}, {})
+    event, facts = events[0]
+    return compare_values(rule, where, event, {**example.fields, **example.derived}, facts)
 
 
-def compare_values(rule: Rule, where: str, event: Event, wanted: dict[str, Any], facts: dict[str, Any]) -> list[Failure]:
-    derived = derive(rule, Names({**DEFAULTS, **facts, **event.fields}))
+def compare_values(rule: Rule, where: str, event: Event, wanted: dict[str, Any], facts: Mapping[str, Any]) -> list[Failure]:
+    derived = facts if rule.kind == "fact" else derive(rule, Names({**DEFAULTS, **facts, **event.fields}))
     failures = []
     for name, want in wanted.items():
         got = event.fields[name] if name in event.fields else derived.get(name)
@@ -243,41 +257,36 @@ def check_fixture(ruleset: RuleSet, path: Path) -> tuple[list[Failure], int]:
         if marker.code is not None and ruleset.by_code(marker.code) is None:
             failures.append(Failure(marker.code, f"{source}:{marker.marker_line}", "marker names an unknown rule"))
     markers = [m for m in markers if m.code is None or ruleset.by_code(m.code) is not None]
-    events_by_line, facts = _fired_events(ruleset, source, blanked)
+    events_by_line = _fired_events(ruleset, source, blanked)
     for line in sorted({m.target_line for m in markers}):
         here = [m for m in markers if m.target_line == line]
-        failures.extend(_check_line(f"{source}:{line}", here, events_by_line.get(line, []), facts))
+        failures.extend(_check_line(f"{source}:{line}", here, events_by_line.get(line, [])))
     return failures, len(markers)
 
 
-def _fired_events(ruleset: RuleSet, source: str, data: bytes) -> tuple[dict[int, list[Event]], dict[str, Any]]:
-    matcher = Matcher(ruleset)
-    events = list(matcher.scan(source, iter_chunks(io.BytesIO(data))))
-    facts: dict[str, Any] = {}
-    for event in events:
-        if event.rule.kind == "fact":
-            facts.update(event.fields)
-    by_line: dict[int, list[Event]] = {}
-    for event in events:
-        if event.rule.kind == "fact" or fires(event, facts):
-            by_line.setdefault(event.record.line, []).append(event)
-    return by_line, facts
+def _fired_events(ruleset: RuleSet, source: str, data: bytes) -> dict[int, list[tuple[Event, Facts]]]:
+    by_line: dict[int, list[tuple[Event, Facts]]] = {}
+    for event, facts in fired_events(Matcher(ruleset), source, data):
+        by_line.setdefault(event.record.line, []).append((event, facts))
+    return by_line
 
 
-def _check_line(where: str, markers: list[Marker], events: list[Event], facts: dict[str, Any]) -> list[Failure]:
+def _check_line(where: str, markers: list[Marker], fired_here: list[tuple[Event, Facts]]) -> list[Failure]:
     named = {m.code for m in markers}
     # Fact rules (capacity lines, metrics) are not findings: a marker speaks of them only by code.
-    events = [e for e in events if e.rule.kind != "fact" or e.rule.code in named]
-    fired = {event.rule.code: event for event in events}
+    fired_here = [(e, facts) for e, facts in fired_here if e.rule.kind != "fact" or e.rule.code in named]
+    events = [event for event, _ in fired_here]
+    fired = {event.rule.code: (event, facts) for event, facts in fired_here}
     got = _describe(events)
     failures: list[Failure] = []
     expected = [m for m in markers if m.verb == "expect"]
     for marker in expected:
-        event = fired.get(marker.code)  # type: ignore[arg-type]
+        here = fired.get(marker.code)  # type: ignore[arg-type]
         want = _describe_marker(marker)
-        if event is None:
+        if here is None:
             failures.append(Failure(marker.code, where, "expected to fire here, did not", expected=want, got=got))  # type: ignore[arg-type]
             continue
+        event, facts = here
         for failure in compare_values(event.rule, where, event, marker.values, facts):
             failure.expected, failure.got = want, _describe([event], marker.values)
             failures.append(failure)
