@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.cli import scan_paths
 from triage.model import SEVERITIES, Finding
+from triage.pipeline import ScanOptions, scan
 from triage.report import ScanResult, ordered, relative_path, render
 from triage.report.concise import line as concise_line
 
@@ -81,13 +81,13 @@ def test_readme_matcher_names_every_part_of_a_line():
 @pytest.mark.parametrize("path", FIXTURE_LOGS, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_every_line_for_every_fixture_is_read_by_the_problem_matcher(matcher, monkeypatch, path):
     monkeypatch.chdir(ROOT)
-    result = scan_paths([str(path.relative_to(ROOT))], matcher)
+    result = scan([str(path.relative_to(ROOT))], ScanOptions(matcher=matcher))
     check_report(result)
 
 
 def test_the_numbers_are_the_findings_figures_as_flags_take_them(matcher, monkeypatch):
     monkeypatch.chdir(ROOT)
-    (text,) = check_report(scan_paths(["fixtures/startup-kv-too-small-v1.log"], matcher))
+    (text,) = check_report(scan(["fixtures/startup-kv-too-small-v1.log"], ScanOptions(matcher=matcher)))
     assert text.endswith(
         "(max_model_len=65536, kv_gib_needed=8, kv_gib_available=5.31, estimated_max_model_len=43488,"
         " gpu_memory_utilization=0.9, x2)"
@@ -97,7 +97,7 @@ def test_the_numbers_are_the_findings_figures_as_flags_take_them(matcher, monkey
 def test_no_log_text_reaches_a_line(matcher, monkeypatch):
     """The excerpt and --show-text's record can quote a prompt: the concise line holds neither."""
     monkeypatch.chdir(ROOT)
-    result = scan_paths(["fixtures/startup-kv-too-small-v1.log"], matcher, keep_text=True)
+    result = scan(["fixtures/startup-kv-too-small-v1.log"], ScanOptions(matcher=matcher, keep_text=True))
     (finding,) = result.findings
     output = render(result, "concise")
     assert finding.text and finding.text not in output and finding.excerpt not in output
