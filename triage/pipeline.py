@@ -19,7 +19,7 @@ from triage.diagnose.diagnoser import Diagnoser
 from triage.diagnose.facts import Run
 from triage.diagnose.store import FindingStore
 from triage.input.follow import FollowedFile, big_regular_file, tee, with_progress
-from triage.input.reader import Chunk, InputError, iter_chunks, open_input, sniff_binary
+from triage.input.reader import Chunk, InputError, capped, iter_chunks, open_input, sniff_binary
 from triage.match.matcher import Matcher
 from triage.model import Event, Finding, ScanResult
 from triage.rules.ruleset import Rule, RuleSet, load_rules
@@ -73,6 +73,7 @@ class ScanOptions:
     jobs: int = 1  # processes for a plain file on disk (the events come in line order all the same)
     live: bool = False  # a line that matches on its own is reported at once (pipes, --follow)
     engine: str = "auto"
+    max_bytes: int | None = None  # read each input up to this many bytes (after gunzip); the MCP server's bound
     phases: Phases | None = None  # where the time went (benchmarks); None: not measured
     matcher: Matcher | None = field(default=None, repr=False)  # made from the above when None
 
@@ -119,6 +120,8 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
     except InputError as exc:
         result.errors.append(str(exc))
         return
+    if options.max_bytes is not None:
+        stream = capped(stream, options.max_bytes)
     interrupted = False
     try:
         not_a_log = sniff_binary(stream)

@@ -327,30 +327,58 @@ def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_paral
          kv_cache_dtype, dtype, block_size, max_model_len, max_num_seqs, max_num_batched_tokens, weights_gib,
          kv_cache_memory, overhead, concurrency_at, format_name) -> None:
     """What --max-model-len and concurrency fit: KV-cache arithmetic from a model's config.json or folder."""
-    from triage.plan import gpus as gpu_table
-    from triage.plan import modelconfig
-    from triage.plan import planner
     from triage.report.plan_format import render_plan
 
     try:
-        if gpu_name and gpu_memory:
-            raise planner.PlanError("give --gpu or --gpu-memory, not both")
-        memory = gpu_table.find(gpu_name).memory_bytes if gpu_name else None
-        memory = planner.parse_size(gpu_memory) if gpu_memory else memory
-        tp, pp = planner.parallel_sizes(gpus, tensor_parallel_size, pipeline_parallel_size)
-        inputs = planner.PlanInputs(
-            gpu_memory_bytes=memory, gpu_name=gpu_table.find(gpu_name).name if gpu_name else None,
-            tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=gpu_memory_utilization,
+        result = make_plan(
+            model, gpu_name=gpu_name, gpu_memory=gpu_memory, gpus=gpus, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_dtype=kv_cache_dtype, dtype=dtype, block_size=block_size, max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            weights_bytes=int(weights_gib * planner.GIB) if weights_gib is not None else None,
-            kv_cache_memory_bytes=planner.parse_size(kv_cache_memory) if kv_cache_memory else None,
-            overhead_bytes=planner.parse_size(overhead), concurrency_length=concurrency_at,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, weights_gib=weights_gib,
+            kv_cache_memory=kv_cache_memory, overhead=overhead, concurrency_at=concurrency_at,
         )
-        result = planner.plan(modelconfig.load(model), inputs)
-    except (gpu_table.UnknownGpu, planner.PlanError, modelconfig.ModelConfigError) as exc:
+    except plan_errors() as exc:  # evaluated only when something was raised
         fail(str(exc))
     click.echo(render_plan(result, pick_format(format_name)), nl=False)
+
+
+def plan_errors() -> tuple[type[Exception], ...]:
+    """What make_plan and make_budget raise for a bad option or model (a one-line message)."""
+    from triage.plan import gpus as gpu_table
+    from triage.plan import modelconfig
+    from triage.plan import planner
+
+    return gpu_table.UnknownGpu, planner.PlanError, modelconfig.ModelConfigError
+
+
+def make_plan(
+    model: str, *, gpu_name: str | None = None, gpu_memory: str | None = None, gpus: int | None = None,
+    tensor_parallel_size: int | None = None, pipeline_parallel_size: int | None = None,
+    gpu_memory_utilization: float = 0.9, kv_cache_dtype: str = "auto", dtype: str = "auto", block_size: int = 16,
+    max_model_len: int | None = None, max_num_seqs: int = 256, max_num_batched_tokens: int = 2048,
+    weights_gib: float | None = None, kv_cache_memory: str | None = None, overhead: str = "2GiB",
+    concurrency_at: int | None = None,
+) -> Any:
+    """The plan for a model and the options as `plan` takes them (the CLI's and the MCP tool's)."""
+    from triage.plan import gpus as gpu_table
+    from triage.plan import modelconfig
+    from triage.plan import planner
+
+    if gpu_name and gpu_memory:
+        raise planner.PlanError("give --gpu or --gpu-memory, not both")
+    gpu = gpu_table.find(gpu_name) if gpu_name else None
+    memory = planner.parse_size(gpu_memory) if gpu_memory else (gpu.memory_bytes if gpu else None)
+    tp, pp = planner.parallel_sizes(gpus, tensor_parallel_size, pipeline_parallel_size)
+    inputs = planner.PlanInputs(
+        gpu_memory_bytes=memory, gpu_name=gpu.name if gpu else None,
+        tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype, dtype=dtype, block_size=block_size, max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        weights_bytes=int(weights_gib * planner.GIB) if weights_gib is not None else None,
+        kv_cache_memory_bytes=planner.parse_size(kv_cache_memory) if kv_cache_memory else None,
+        overhead_bytes=planner.parse_size(overhead), concurrency_length=concurrency_at,
+    )
+    return planner.plan(modelconfig.load(model), inputs)
 
 
 @main.command()
@@ -362,22 +390,32 @@ def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_paral
 @click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
 def budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin, format_name) -> None:
     """The largest max_tokens to send for a prompt, or how much to cut."""
-    from triage.plan import modelconfig
-    from triage.plan import planner
     from triage.report.plan_format import render_budget
 
     try:
-        if (prompt_tokens is None) == (prompt_file is None):
-            raise planner.PlanError("give --prompt-tokens, or --prompt-file with --tokenizer")
-        counted_by = "--prompt-tokens"
-        if prompt_file is not None:
-            if tokenizer is None:
-                raise planner.PlanError("--prompt-file needs --tokenizer tokenizer.json (or give --prompt-tokens)")
-            prompt_tokens, counted_by = modelconfig.count_prompt_tokens(prompt_file, tokenizer), tokenizer
-        result = planner.budget(max_model_len, prompt_tokens, margin, counted_by)
-    except (planner.PlanError, modelconfig.ModelConfigError) as exc:
+        result = make_budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin)
+    except plan_errors() as exc:  # evaluated only when something was raised
         fail(str(exc))
     click.echo(render_budget(result, pick_format(format_name)), nl=False)
+
+
+def make_budget(
+    max_model_len: int, prompt_tokens: int | None = None, prompt_file: str | None = None,
+    tokenizer: str | None = None, margin: int = 0,
+) -> Any:
+    """The budget as `budget` takes its options (the CLI's and the MCP tool's)."""
+    from triage.plan import modelconfig
+    from triage.plan import planner
+
+    if (prompt_tokens is None) == (prompt_file is None):
+        raise planner.PlanError("give --prompt-tokens, or --prompt-file with --tokenizer")
+    counted_by = "--prompt-tokens"
+    if prompt_file is not None:
+        if tokenizer is None:
+            raise planner.PlanError("--prompt-file needs --tokenizer tokenizer.json (or give --prompt-tokens)")
+        prompt_tokens, counted_by = modelconfig.count_prompt_tokens(prompt_file, tokenizer), tokenizer
+    assert prompt_tokens is not None
+    return planner.budget(max_model_len, prompt_tokens, margin, counted_by)
 
 
 @main.group()
@@ -403,10 +441,20 @@ def rules_show(code_or_name: str, rule_paths: tuple[str, ...], format_name: str)
     """What a rule means, why it fires, how to fix it, an example and the vLLM versions it covers."""
     from triage.report.rules_format import rule_show
 
-    rule = load_ruleset(rule_paths).by_code(code_or_name.strip()) or load_ruleset(rule_paths).by_code(code_or_name.strip().upper())
+    rule = find_rule(load_ruleset(rule_paths), code_or_name)
     if rule is None:
-        fail(f"no rule {code_or_name!r} (vllm-triage rules list shows them all)")
+        fail(no_rule_message(code_or_name))
     click.echo(rule_show(rule, format_name), nl=False)
+
+
+def find_rule(ruleset: RuleSet, code_or_name: str) -> Any:
+    """A rule by code or name, the code in any case (vt201 is VT201)."""
+    wanted = code_or_name.strip()
+    return ruleset.by_code(wanted) or ruleset.by_code(wanted.upper())
+
+
+def no_rule_message(code_or_name: str) -> str:
+    return f"no rule {code_or_name!r} (vllm-triage rules list shows them all)"
 
 
 @rules.command("test")
@@ -427,15 +475,41 @@ def rules_test(paths: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
 @click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
 def explain(topic: str | None, format_name: str) -> None:
     """The five length knobs side by side, or one TOPIC (e.g. max-model-len, max-tokens, kv-cache)."""
-    from triage.plan.explain import find_topic, topic_names
+    from triage.plan.explain import find_topic
     from triage.report.rules_format import explain_all, explain_topic
 
-    titles = {rule.code: rule.title for rule in load_ruleset(()).rules}
+    titles = rule_titles()
     format_name = pick_format(format_name)
     if topic is None:
         click.echo(explain_all(titles, format_name), nl=False)
         return
     knob = find_topic(topic)
     if knob is None:
-        fail(f"no topic {topic!r}; choose one of: {', '.join(topic_names())}")
+        fail(no_topic_message(topic))
     click.echo(explain_topic(knob, titles, format_name), nl=False)
+
+
+def no_topic_message(topic: str) -> str:
+    from triage.plan.explain import topic_names
+
+    return f"no topic {topic!r}; choose one of: {', '.join(topic_names())}"
+
+
+def rule_titles() -> dict[str, str]:
+    """Each built-in rule's title by code: what explain cites."""
+    return {rule.code: rule.title for rule in load_ruleset(()).rules}
+
+
+MCP_MISSING = "vllm-triage mcp needs the MCP SDK, an optional extra: pip install 'vllm-triage[mcp]'"
+
+
+@main.command("mcp")
+def mcp_command() -> None:
+    """Serve scan, plan, budget, explain and rules show to a coding agent: an MCP server on stdio."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        fail(MCP_MISSING)
+    from triage.cli.mcp_server import serve  # the SDK: imported only by this command
+
+    serve()

@@ -14,6 +14,7 @@ import stat
 import sys
 import zlib
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -66,6 +67,42 @@ def open_input(path: str) -> tuple[str, BinaryIO]:
             raise InputError(f"{path}: {exc.strerror or exc}") from None
         name = path
     return name, _maybe_gunzip(stream)
+
+
+def capped(stream: BinaryIO, limit: int) -> BinaryIO:
+    """stream, ending in an InputError once more than `limit` bytes were read (as decoded:
+    after gunzip), so that a scan reports on the first `limit` bytes and says so."""
+    return io.BufferedReader(_Capped(stream, limit))  # type: ignore[return-value]
+
+
+class _Capped(io.RawIOBase):
+    def __init__(self, stream: BinaryIO, limit: int):
+        self._stream, self._left, self._limit = stream, limit, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        if self._left <= 0:
+            if not self._stream.read(1):  # exactly the limit: the end, not a cut
+                return 0
+            size = size_text(self._limit)
+            raise InputError(f"more than {size}; the report covers the first {size}")
+        view = memoryview(target)[: self._left]
+        data = self._stream.read(len(view))
+        view[: len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def size_text(size: int) -> str:
+    """256 MiB, or 1,234 bytes when not a whole number of MiB."""
+    mib = 1 << 20
+    return f"{size // mib} MiB" if size % mib == 0 else f"{size:,} bytes"
 
 
 def _maybe_gunzip(stream: BinaryIO) -> BinaryIO:
