@@ -44,12 +44,7 @@ EVENT_EVERY = 1 << 20  # about one error event per MiB of log
 STARTUP_EVERY = 64 << 20  # a server restart every 64 MiB
 POOL_BLOCKS = 48
 ANSI_LEVEL = {"INFO": "\x1b[32mINFO\x1b[0m", "ERROR": "\x1b[31mERROR\x1b[0m", "WARNING": "\x1b[33mWARNING\x1b[0m"}
-WORDS = (
-    "the a model server token window cache memory request batch prompt answer user system "
-    "summarise translate explain write code function table report please carefully step "
-    "context length budget invoice customer order shipment weather paris tokyo python rust "
-    "kernel gradient layer attention head sequence scheduler block page latency throughput"
-).split()
+WORDS = ["the", "a", "model", "server", "token", "window", "cache", "memory", "request", "batch", "prompt", "answer", "user", "system", "summarise", "translate", "explain", "write", "code", "function", "table", "report", "please", "carefully", "step", "context", "length", "budget", "invoice", "customer", "order", "shipment", "weather", "paris", "tokyo", "python", "rust", "kernel", "gradient", "layer", "attention", "head", "sequence", "scheduler", "block", "page", "latency", "throughput"]
 TAGS = {"seeded": None, "on": True, "off": False}
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/embeddings")
 

@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{' through stdin' if args.stdin else ''}{'' if args.tags == 'seeded' else f'; tags {args.tags}'}; best of {args.repeat}")
     print(f"mix: {MIX_REQUESTS_PER_SECOND} requests/s (one access line each), a metrics line every {MIX_METRICS_EVERY} s "
           f"from each of {MIX_ENGINES} engine(s), request logging off (so no aborts logged), V1's process tags")
-    print(f"{'shape':<12} {'rules':>5} {'engine':<9} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  findings = injected")
+    print(f"{'shape':<12} {'rules':>5} {'engine':<9} {'MiB/s':>8} {'x grep':>7} {'grep s':>7} {'scan s':>7} {'RSS MiB':>8}  "
+          "findings = injected")
     for shape in args.shape or SHAPES:
         name = shape if args.tags == "seeded" else f"{shape}-tags-{args.tags}"
         log = data / f"{name}-{args.size}.log"
@@ -185,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                 scan_seconds = min(r[0] for r in runs[engine])
                 peak_mib = max(r[1] for r in runs[engine]) / 1024
                 found = counted_findings(runs[engine][0][2], codes)
-                exact = "yes" if found == injected else f"NO: found {dict(sorted(found.items()))}, injected {dict(sorted(injected.items()))}"
+                exact = "yes" if found == injected else (
+                    f"NO: found {dict(sorted(found.items()))}, injected {dict(sorted(injected.items()))}"
+                )
                 print(f"{shape:<12} {total:>5} {engine:<9} {size / 2**20 / scan_seconds:>8.0f} {scan_seconds / grep_seconds:>7.1f} "
                       f"{grep_seconds:>7.2f} {scan_seconds:>7.2f} {peak_mib:>8.0f}  {exact}", flush=True)
     return 0

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from triage.diagnose.facts import Run
+    from triage.diagnose.store import FindingStore
 
 STAGES = ("request", "startup", "runtime", "config")
 SEVERITIES = ("info", "warning", "error")
@@ -74,7 +74,7 @@ class Finding:
 
 @dataclass(slots=True)
 class ScanResult:
-    findings: Sequence[Finding]  # a list, or a FindingStore (a scan's: read as they are used)
+    findings: list[Finding] | FindingStore  # a scan's are a store: read as they are used
     inputs: list[str]
     errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules
     rules: list[Any] = field(default_factory=list)  # every rule that was run (for SARIF, JUnit)

@@ -147,7 +147,7 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
 
 def open_path(path: str | Text, follow: bool) -> tuple[str, BinaryIO]:
     if isinstance(path, Text):
-        return path.name, io.BufferedReader(io.BytesIO(path.data))  # type: ignore[arg-type]
+        return path.name, io.BufferedReader(io.BytesIO(path.data))
     if follow:
         return path, io.BufferedReader(FollowedFile(path))
     return open_input(path)

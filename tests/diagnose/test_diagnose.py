@@ -1,5 +1,6 @@
 """Aggregation: exact nearest-rank percentiles, one finding per rule and run, the sizing advice."""
 
+import itertools
 import random
 from collections import Counter
 
@@ -66,7 +67,7 @@ def test_the_histogram_counts_every_length_once_in_the_bin_that_holds_it(lengths
     assert 1 <= len(bins) <= HISTOGRAM_BINS
     assert bins[0][0] == min(lengths) and bins[-1][1] == max(lengths)
     assert all(low <= high for low, high, _ in bins)
-    assert all(a[1] + 1 == b[0] for a, b in zip(bins, bins[1:]))  # contiguous, no overlap
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(bins))  # contiguous, no overlap
     for low, high, count in bins:
         assert count == sum(low <= length <= high for length in lengths)
 

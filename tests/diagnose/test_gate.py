@@ -210,3 +210,12 @@ def test_only_the_assertions_asked_for_are_evaluated():
     assert evaluate("s.log", {}, [], Thresholds()) == []
     failed = evaluate("s.log", {}, [], Thresholds(min_concurrency=1))
     assert [f.code for f in failed] == ["VT803"]
+
+
+@pytest.mark.parametrize("facts", [{}, {"max_model_len": 1024, "kv_tokens": 100, "kv_usage_at_start_pct": 99.0}])
+def test_an_assertion_not_asked_for_never_fails_whatever_the_log_says(facts):
+    from triage.diagnose.gate import NUMBERS
+
+    for code, numbers in NUMBERS.items():
+        assert numbers(Facts(facts), [], Thresholds()) is None, code
+    assert evaluate("s.log", Facts(facts), [], Thresholds()) == []

@@ -1,6 +1,7 @@
 """Built-in patterns search with stdlib re, bounded in time by a watchdog signal: they must
 match exactly as with the regex module, and a search that backtracks must still stop."""
 
+import itertools
 import functools
 import gzip
 import re
@@ -38,7 +39,7 @@ def test_every_builtin_pattern_matches_alike_with_re_and_regex():
     texts = [example.text for rule in load_rules().rules for example in rule.examples]
     lines = fixture_lines()
     decoded = [parse_line(line.encode()).text for line in lines]  # what the matcher searches
-    texts += lines + decoded + [a + " " + b for a, b in zip(decoded, decoded[1:])]  # and wrapped messages joined
+    texts += lines + decoded + [a + " " + b for a, b in itertools.pairwise(decoded)]  # and wrapped messages joined
     checked = 0
     for rule in load_rules().rules:
         for pattern in rule.patterns:

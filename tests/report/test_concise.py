@@ -67,7 +67,7 @@ def check_report(result: ScanResult) -> list[str]:
     findings = ordered(result.findings)
     *finding_lines, summary = lines
     assert len(finding_lines) == len(findings)
-    for text, finding in zip(finding_lines, findings):
+    for text, finding in zip(finding_lines, findings, strict=True):
         check_line(text, finding)
     assert summary.startswith("vllm-triage: ") and not REGEXP.match(summary) and not EMACS_GNU.match(summary)
     return finding_lines

@@ -278,7 +278,7 @@ def test_a_warm_start_derives_what_a_start_without_cache_derives(tmp_path, monke
     monkeypatch.setenv(rulecache.CACHE_VARIABLE, str(tmp_path / "cache"))
     for _ in range(2):  # writing the cache, then reading it in a fresh process (no derivation remembered)
         monkeypatch.setattr("triage.match.anchors._derived", {})
-        monkeypatch.setattr("triage.match.anchors.derive", lambda source: pytest.fail(f"derived again: {source}") if _ else _derive(source))
+        monkeypatch.setattr("triage.match.anchors.derive", lambda source, again=_: pytest.fail(f"derived again: {source}") if again else _derive(source))
         assert matcher_view(Matcher(load_rules(paths), engine=engine)) == uncached
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -28,7 +27,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports after Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports when the reader went away
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """A one-line error and exit code 2: usage, input or rule-file problems."""
     click.echo(f"vllm-triage: error: {message}", err=True)
     sys.exit(EXIT_ERROR)
@@ -42,22 +41,23 @@ def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
         raise  # unreachable
 
 
-def live_printer(redact: bool, to_stderr: bool) -> Callable[[Finding], None]:
-    """Print one finding as soon as it is found (plain text, flushed): live streams."""
+class LivePrinter:
+    """Prints one finding as soon as it is found (plain text, flushed): live streams."""
 
-    from triage.report.text import render_finding  # rich: imported only for live output
+    def __init__(self, redact: bool, to_stderr: bool):
+        from triage.report.text import render_finding  # rich: imported only for live output
 
-    def print_finding(finding: Finding) -> None:
-        if redact:
-            from triage.report.redact import redact_result  # imported only when asked for (4 ms)
+        self.render, self.redact, self.to_stderr = render_finding, redact, to_stderr
+        self.printed = 0
+
+    def __call__(self, finding: Finding) -> None:
+        if self.redact:
+            from triage.report.redact import redact_result  # imported only when asked for
 
             finding = redact_result(ScanResult([finding], [])).findings[0]
-        click.echo(render_finding(finding) + "\n", err=to_stderr)
-        (sys.stderr if to_stderr else sys.stdout).flush()
-        print_finding.printed += 1
-
-    print_finding.printed = 0
-    return print_finding
+        click.echo(self.render(finding) + "\n", err=self.to_stderr)
+        (sys.stderr if self.to_stderr else sys.stdout).flush()
+        self.printed += 1
 
 
 def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
@@ -206,7 +206,10 @@ def main() -> None:
 @click.option("--redact", is_flag=True, help="Mask API keys, tokens, e-mail and IP addresses in everything printed.")
 @click.option("--select", "selected", multiple=True, help="Only these rules: code, code prefix (VT1, VT30) or name (repeatable).")
 @click.option("--ignore", "ignored", multiple=True, help="Skip these rules: code, code prefix or name (repeatable).")
-@click.option("--follow", "-f", is_flag=True, help="Keep reading FILE as it grows, like tail -f (survives rotation and truncation); Ctrl-C ends with the summary.")
+@click.option(
+    "--follow", "-f", is_flag=True,
+    help="Keep reading FILE as it grows, like tail -f (survives rotation and truncation); Ctrl-C ends with the summary.",
+)
 @click.option("--tee", "tee_log", is_flag=True, help="Pass the log through to stdout unchanged; findings go to stderr.")
 @click.option(
     "--live/--no-live", default=None,
@@ -238,7 +241,7 @@ def scan(
     if live is None:
         live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
     live = live and report_format in ("text", "rich")  # a machine format stays one document
-    print_finding = live_printer(redact, to_stderr=tee_log) if live else None
+    print_finding = LivePrinter(redact, to_stderr=tee_log) if live else None
     interrupted = False
     try:
         result = scan_inputs(inputs, ScanOptions(
@@ -317,9 +320,15 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
 @click.option("--block-size", default=16, show_default=True, type=int)
 @click.option("--max-model-len", type=int, help="Length to check (default: what vLLM derives from config.json).")
 @click.option("--max-num-seqs", default=256, show_default=True, type=int)
-@click.option("--max-num-batched-tokens", default=2048, show_default=True, type=int, help="Tokens per step (sliding windows hold this many extra).")
+@click.option(
+    "--max-num-batched-tokens", default=2048, show_default=True, type=int,
+    help="Tokens per step (sliding windows hold this many extra).",
+)
 @click.option("--weights-gib", type=float, help="Weights in GiB in all, instead of reading or estimating them.")
-@click.option("--kv-cache-memory", help="KV memory per GPU, e.g. 10GiB (like vLLM's --kv-cache-memory-bytes): skips the utilization arithmetic.")
+@click.option(
+    "--kv-cache-memory",
+    help="KV memory per GPU, e.g. 10GiB (like vLLM's --kv-cache-memory-bytes): skips the utilization arithmetic.",
+)
 @click.option("--overhead", default="2GiB", show_default=True, help="Allowance per GPU for activations, CUDA graphs and non-torch memory.")
 @click.option("--concurrency-at", type=int, help="Also show how many sequences of this many tokens fit at once.")
 @click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))

@@ -46,7 +46,7 @@ FAILURE_STAGES = ("startup", "runtime")  # where a rank's error stops the engine
 
 @dataclass(slots=True)
 class Diagnosis:
-    findings: list[Finding]
+    findings: list[Finding] | FindingStore  # the sink, when the Diagnoser was given one
     facts: dict[str, Any] = field(default_factory=dict)  # the last run's facts
     runs: list[Run] = field(default_factory=list)
 

@@ -10,7 +10,7 @@ capacity must not pass it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,7 +238,7 @@ def checks_run(thresholds: Thresholds) -> list[Check]:
 # --- the numbers ------------------------------------------------------------------------
 
 
-def served_window(facts: Mapping[str, Any], findings: list[Finding]) -> tuple[int | None, str, Finding | None]:
+def served_window(facts: Mapping[str, Any], findings: Sequence[Finding]) -> tuple[int | None, str, Finding | None]:
     """The max_model_len the server serves, the line that says so, and the auto-fit finding if any.
 
     The 'Maximum concurrency for N tokens' line is printed after the KV cache is sized, so it
@@ -262,14 +262,16 @@ def concurrency_at_full_length(facts: Mapping[str, Any], window: int | None) -> 
     return None
 
 
-def startup_errors(findings: list[Finding]) -> list[Finding]:
+def startup_errors(findings: Sequence[Finding]) -> list[Finding]:
     return sorted(
         (f for f in findings if f.severity == "error" and f.stage in FATAL_STAGES),
         key=lambda f: f.line,
     )
 
 
-def ready_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds) -> dict | None:
+def ready_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
+    if not thresholds.require_ready:  # not asked for: it cannot fail
+        return None
     errors = startup_errors(findings)
     ready_line = 1 if facts.get("ready") else 0
     if ready_line and not errors:
@@ -280,8 +282,10 @@ def ready_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds:
     return numbers
 
 
-def window_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds) -> dict | None:
+def window_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
     required = thresholds.min_max_model_len
+    if required is None:  # not asked for: it cannot fail
+        return None
     served, window_from, auto_fit = served_window(facts, findings)
     if served is not None and served >= required:
         return None
@@ -295,8 +299,10 @@ def window_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds
     return numbers
 
 
-def concurrency_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds) -> dict | None:
+def concurrency_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
     required = thresholds.min_concurrency
+    if required is None:
+        return None
     window, _, _ = served_window(facts, findings)
     concurrency = concurrency_at_full_length(facts, window)
     if concurrency is not None and concurrency >= required:
@@ -317,8 +323,10 @@ def concurrency_numbers(facts: Mapping[str, Any], findings: list[Finding], thres
     return numbers
 
 
-def kv_usage_numbers(facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds) -> dict | None:
+def kv_usage_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
     allowed = thresholds.max_kv_usage_at_start
+    if allowed is None:
+        return None
     usage = facts.get("kv_usage_at_start_pct")
     if usage is not None and usage <= allowed:
         return None
@@ -332,7 +340,7 @@ def kv_usage_numbers(facts: Mapping[str, Any], findings: list[Finding], threshol
     return numbers
 
 
-NUMBERS: dict[str, Callable[[Mapping[str, Any], list[Finding], Thresholds], dict | None]] = {
+NUMBERS: dict[str, Callable[[Mapping[str, Any], Sequence[Finding], Thresholds], dict | None]] = {
     READY.code: ready_numbers,
     WINDOW.code: window_numbers,
     CONCURRENCY.code: concurrency_numbers,
@@ -347,7 +355,7 @@ COMPUTED = {"shortfall_tokens", "kv_tokens_needed", "window_for_min_concurrency"
 
 
 def evaluate(
-    source: str, facts: Mapping[str, Any], findings: list[Finding], thresholds: Thresholds,
+    source: str, facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
     fact_lines: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[Finding]:
     """A finding for each assertion that fails, in code order, at the line of the number it
@@ -366,7 +374,7 @@ def evaluate(
 
 def evidence_line(
     check: Check, numbers: Mapping[str, Any], facts: Mapping[str, Any],
-    fact_lines: Mapping[str, tuple[str, int]], findings: list[Finding],
+    fact_lines: Mapping[str, tuple[str, int]], findings: Sequence[Finding],
 ) -> int:
     """The line that states the number the assertion judged; the log's start when none does."""
     if check is READY:
@@ -380,7 +388,7 @@ def evidence_line(
 
 
 def window_line(
-    served: int | None, facts: Mapping[str, Any], fact_lines: Mapping[str, tuple[str, int]], findings: list[Finding],
+    served: int | None, facts: Mapping[str, Any], fact_lines: Mapping[str, tuple[str, int]], findings: Sequence[Finding],
 ) -> int:
     """The line that set max_model_len to the served window (a fact line or the auto-fit
     line), else the 'Maximum concurrency for N tokens' line that states it."""

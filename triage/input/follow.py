@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from triage.input.reader import Chunk, InputError
 
@@ -33,7 +33,7 @@ class FollowedFile(io.RawIOBase):
         self.path, self.poll_seconds = path, poll_seconds
         self.file = self._open()
 
-    def _open(self) -> BinaryIO:
+    def _open(self) -> io.FileIO:
         try:
             return open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         except FileNotFoundError:
@@ -44,7 +44,7 @@ class FollowedFile(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, target) -> int:  # type: ignore[override]
+    def readinto(self, target: Any) -> int:
         while True:
             count = self.file.readinto(target)
             if count:

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 CHUNK_SIZE = 2 * 1024 * 1024
 MAX_LINE = 16 * 1024 * 1024  # a longer line is scanned up to here; the rest of it is skipped
@@ -106,10 +106,10 @@ def size_text(size: int) -> str:
 
 
 def _maybe_gunzip(stream: BinaryIO) -> BinaryIO:
-    buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
+    buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(io.RawIOBase, stream))
     if buffered.peek(2)[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=buffered)  # type: ignore[return-value]
-    return buffered  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.GzipFile(fileobj=buffered))
+    return cast(BinaryIO, buffered)
 
 
 # What an input that is not a log starts with; the scan skips it with a warning.

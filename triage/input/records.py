@@ -107,7 +107,7 @@ class LineParts:
     rank: str | None = None
 
 
-def decode(raw: bytes) -> str:
+def decode(raw: bytes | bytearray) -> str:
     text = raw.decode("utf-8", errors="replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
@@ -119,7 +119,7 @@ def decode(raw: bytes) -> str:
     return text
 
 
-def parse_line(raw: bytes) -> LineParts:
+def parse_line(raw: bytes | bytearray) -> LineParts:
     """Split one physical line into its prefixes and the message."""
     parts = LineParts(decode(raw))
     _strip_prefixes(parts)
@@ -165,11 +165,12 @@ def _first_match(prefixes: list[re.Pattern], text: str) -> re.Match | None:
 def _note(parts: LineParts, found: dict[str, str | None]) -> None:
     parts.level = found.get("level") or parts.level
     parts.time = found.get("time") or parts.time
-    if found.get("process"):
-        parts.process = found["process"]
-        parts.rank = rank_of(found["process"]) or parts.rank
-    if found.get("rank"):
-        parts.rank = found["rank"].replace("rank", "rank=")
+    process, rank = found.get("process"), found.get("rank")
+    if process:
+        parts.process = process
+        parts.rank = rank_of(process) or parts.rank
+    if rank:
+        parts.rank = rank.replace("rank", "rank=")
 
 
 def rank_of(process: str) -> str | None:

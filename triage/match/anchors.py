@@ -25,12 +25,9 @@ from typing import Any
 
 from triage.rules import cache as rulecache
 
-try:  # Python 3.11+
-    from re import _constants as sre_constants
-    from re import _parser as sre_parse
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+# The regex parser of the stdlib (Python 3.11+, which the project requires); typeshed has no stubs for it.
+from re import _constants as sre_constants  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 MIN_ANCHOR = 8
 MAX_ANCHOR = 32
@@ -426,7 +423,7 @@ class HyperscanEngine:
         self.longest = max(self.lengths)
         self.database = _hyperscan_database(hyperscan, anchors)
         self.scratch = hyperscan.Scratch(self.database)
-        self._buffer: bytes | None = None
+        self._buffer: bytes | bytearray | None = None
         self._window = (0, 0)
         self._size = self.FIRST_WINDOW
         self._hits: list[tuple[int, int]] = []  # (start, anchor id) in the window, by start
@@ -443,7 +440,7 @@ class HyperscanEngine:
         hits.sort()
         return hits
 
-    def _index(self, buffer: bytes, start: int, end: int) -> None:
+    def _index(self, buffer: bytes | bytearray, start: int, end: int) -> None:
         window_end = min(end, start + self._size)
         # overlap by the longest anchor so one cut by the window's end is still seen whole
         hits = self._scan(memoryview(buffer)[start : min(end, window_end + self.longest)], start)  # no copy
@@ -471,7 +468,7 @@ class HyperscanEngine:
             self._size = min(2 * self._size, self.LARGEST_WINDOW)
         return None
 
-    def found_in(self, buffer: bytes, start: int, end: int) -> set[bytes]:
+    def found_in(self, buffer: bytes | bytearray, start: int, end: int) -> set[bytes]:
         low, high = self._window
         if buffer is self._buffer and low <= start and end <= high:  # the window's hits hold them
             at = bisect.bisect_left(self._starts, start)

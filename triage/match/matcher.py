@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from triage.match.anchors import (
@@ -179,7 +178,7 @@ class Matcher:
     def _scan_chunk(
         self, source: str, data: bytes | bytearray, end: int, first_line: int, history: _History,
         pending: list[_Pending], cursor: _Cursor,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, int]:
         """Match the candidate lines of data[:end]; defer those at its end; return its line count.
 
         data may be the reader's buffer, refilled after this chunk: every search stops at
@@ -299,7 +298,7 @@ class Matcher:
         selection = self._targets_in(buffer, line_start, line_end)
         return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every else None
 
-    def _targets_in(self, buffer: bytes, start: int, end: int) -> _Selection:
+    def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
         found = frozenset(self.engine.found_in(buffer, start, end))  # type: ignore[union-attr]
         selection = self._targets_for.get(found)

@@ -12,6 +12,7 @@ can be forked; elsewhere the scan is the usual one.
 
 from __future__ import annotations
 
+import itertools
 import io
 import multiprocessing
 import os
@@ -19,7 +20,7 @@ import stat
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, fields as dataclass_fields
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from triage.match.matcher import CONTEXT_LINES, Matcher
 from triage.input.reader import GZIP_MAGIC, Chunk, iter_chunks
@@ -141,7 +142,7 @@ def _parts(path: str, jobs: int) -> list[_Part]:
     with open(path, "rb") as handle:
         cuts = sorted({0, size, *(_next_line_start(handle, size * i // count, size) for i in range(1, count))})
         parts = []
-        for start, stop in zip(cuts, cuts[1:]):
+        for start, stop in itertools.pairwise(cuts):
             read_from, lead_lines = _lines_before(handle, start, LEAD)
             parts.append(_Part(start, stop, read_from, _lines_after(handle, stop, LEAD, size), lead_lines))
     return parts
@@ -198,7 +199,7 @@ class _Range(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, target) -> int:  # type: ignore[override]
+    def readinto(self, target: Any) -> int:
         if self.left <= 0:
             return 0
         view = memoryview(target)[: self.left]

@@ -219,7 +219,10 @@ def plan(model: ModelConfig, inputs: PlanInputs) -> PlanResult:
         elif kvcache.DTYPE_BYTES.get(model.dtype.lower(), 2) != kvcache.dtype_bytes(served):
             notes.append(f"weights are the size on disk ({model.dtype}); served as {served} they take a different amount")
     if model.kinds - {FULL, MLA}:
-        notes.append("KV tokens count the layers that grow with the sequence; the sliding-window and state memory per sequence comes on top, and the length and concurrency figures include it")
+        notes.append(
+            "KV tokens count the layers that grow with the sequence; the sliding-window and state memory per sequence "
+            "comes on top, and the length and concurrency figures include it"
+        )
     if pp > 1:
         notes.append("with pipeline parallelism weights are split evenly here; the first and last ranks also hold the embeddings")
     if MLA in model.kinds:

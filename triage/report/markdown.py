@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
 from triage.model import Finding
@@ -21,7 +22,7 @@ def render(result: ScanResult) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def table(findings: list[Finding]) -> str:
+def table(findings: Sequence[Finding]) -> str:
     rows = ["| | code | stage | where | what |", "|---|---|---|---|---|"]
     rows += [
         f"| {ICON[f.severity]} {f.severity} | `{f.code}` | {f.stage} | {cell(where(f))} | {cell(f.title)} |"

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from triage import __version__
 from triage.plan.kvcache import GIB
-from triage.plan.planner import BudgetResult, PlanResult, Scenario
+from triage.plan.planner import BudgetResult, PlanResult
 
 SCHEMA_VERSION = 1
 KIND_NAMES = {

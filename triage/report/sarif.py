@@ -8,6 +8,7 @@ partial fingerprint that does not depend on the line, so it survives log rotatio
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import quote
 
 from triage import __version__
@@ -61,7 +62,7 @@ def invocation(result: ScanResult) -> dict:
 
 
 def sarif_result(finding: Finding, rule_index: int | None) -> dict:
-    entry = {
+    entry: dict[str, Any] = {
         "ruleId": finding.code,
         "level": LEVEL[finding.severity],
         "message": {"text": message(finding)},
@@ -93,7 +94,7 @@ def message(finding: Finding) -> str:
 
 
 def location(finding: Finding) -> dict:
-    region = {"startLine": max(finding.line, 1)}
+    region: dict[str, Any] = {"startLine": max(finding.line, 1)}
     if finding.excerpt:
         region["snippet"] = {"text": finding.excerpt}
     return {

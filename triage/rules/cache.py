@@ -16,6 +16,7 @@ written is skipped silently.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -120,10 +121,8 @@ def write(name: str, payload: bytes) -> None:
             handle.write(blake2b(payload, digest_size=20).hexdigest().encode() + b"\n" + payload)
         os.replace(temporary, folder / name)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
-        except OSError:
-            pass
         return
     _prune(folder)
 

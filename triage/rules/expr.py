@@ -29,7 +29,7 @@ class Missing(Exception):
     """A name the expression needs has no value for this event."""
 
 
-FUNCTIONS = {
+FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
     "round": round,

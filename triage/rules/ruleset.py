@@ -260,7 +260,7 @@ def _from_document(
     _unknown_keys(path, document, FILE_KEYS, "rule file")
     entries = document.get("rules")
     if not isinstance(entries, list) or not entries:
-        raise RuleError(f"{path}:{document.line}: 'rules' must be a non-empty list")
+        raise RuleError(f"{path}:{getattr(document, 'line', 1)}: 'rules' must be a non-empty list")
     default_stage = document.get("stage")
     rules = [_parse_rule(path, entry, default_stage, lazy=builtin, checked=checked) for entry in entries]
     return (
@@ -656,9 +656,7 @@ def select_rules(rules: list[Rule], select: Iterable[str] = (), ignore: Iterable
             raise RuleError(f"--select/--ignore {selector}: matches no rule code, code prefix or rule name")
     chosen = []
     for rule in rules:
-        if rule.kind == "fact":
-            chosen.append(rule)
-        elif (not select or any(_selected(rule, s) for s in select)) and not any(_selected(rule, s) for s in ignore):
+        if rule.kind == "fact" or (not select or any(_selected(rule, s) for s in select)) and not any(_selected(rule, s) for s in ignore):
             chosen.append(rule)
     return chosen
 

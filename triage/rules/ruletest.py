@@ -202,11 +202,11 @@ def read_markers(data: bytes, source: str) -> tuple[bytes, list[Marker], list[Fa
             continue
         lines[number - 1] = b""
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        marker, problem = _parse_marker(text, number)
-        if marker is None:
+        parsed, problem = _parse_marker(text, number)
+        if parsed is None:
             failures.append(Failure("-", f"{source}:{number}", problem))
         else:
-            pending.append(marker)
+            pending.append(parsed)
     for marker in pending:
         failures.append(Failure(marker.code or "-", f"{source}:{marker.marker_line}", "marker has no log line after it"))
     return b"\n".join(lines), markers, failures
@@ -281,10 +281,10 @@ def _check_line(where: str, markers: list[Marker], fired_here: list[tuple[Event,
     failures: list[Failure] = []
     expected = [m for m in markers if m.verb == "expect"]
     for marker in expected:
-        here = fired.get(marker.code)  # type: ignore[arg-type]
+        here = fired.get(marker.code or "")
         want = _describe_marker(marker)
         if here is None:
-            failures.append(Failure(marker.code, where, "expected to fire here, did not", expected=want, got=got))  # type: ignore[arg-type]
+            failures.append(Failure(marker.code or "-", where, "expected to fire here, did not", expected=want, got=got))
             continue
         event, facts = here
         for failure in compare_values(event.rule, where, event, marker.values, facts):
@@ -299,7 +299,7 @@ def _check_line(where: str, markers: list[Marker], fired_here: list[tuple[Event,
             continue
         if marker.code is None and fired:
             failures.append(Failure(",".join(fired), where, "no rule may fire here", expected="nothing", got=got))
-        elif marker.code in fired:
+        elif marker.code is not None and marker.code in fired:
             failures.append(Failure(marker.code, where, "must not fire here", expected=f"not {marker.code}", got=got))
     return failures
 
