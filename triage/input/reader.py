@@ -14,7 +14,6 @@ import stat
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 
@@ -72,7 +71,7 @@ def open_input(path: str) -> tuple[str, BinaryIO]:
 def capped(stream: BinaryIO, limit: int) -> BinaryIO:
     """stream, ending in an InputError once more than `limit` bytes were read (as decoded:
     after gunzip), so that a scan reports on the first `limit` bytes and says so."""
-    return io.BufferedReader(_Capped(stream, limit))  # type: ignore[return-value]
+    return cast(BinaryIO, io.BufferedReader(_Capped(stream, limit)))
 
 
 class _Capped(io.RawIOBase):
