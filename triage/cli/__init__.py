@@ -522,3 +522,7 @@ def mcp_command() -> None:
     from triage.cli.mcp_server import serve  # the SDK: imported only by this command
 
     serve()
+
+
+# Command groups kept in their own modules register themselves on `main` when imported.
+from triage.cli import probe as _probe  # noqa: E402,F401
