@@ -190,11 +190,10 @@ def test_the_schema_refuses_what_the_loader_refuses(mistake):
         jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft202012Validator)
 
 
-def test_the_readme_example_rule_loads_validates_and_passes_its_examples(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Rules"):]
+def test_the_guide_example_rule_loads_validates_and_passes_its_examples(tmp_path):
+    guide = (ROOT / "docs" / "rule-authoring.md").read_text()
     rule_file = tmp_path / "example.yaml"
-    rule_file.write_text(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    rule_file.write_text(guide.split("```yaml\n", 1)[1].split("```", 1)[0])
     jsonschema.validate(yaml.safe_load(rule_file.read_text()), SCHEMA, cls=jsonschema.Draft202012Validator)
     result = cli("rules", "test", "--rules", str(rule_file))
     assert result.exit_code == 0, result.stdout

@@ -197,7 +197,7 @@ def test_ctrl_c_while_a_chunk_is_matched_still_hands_on_what_was_matched_before_
 
 
 def test_the_in_process_benchmark_splits_a_scan_into_its_parts(tmp_path, capsys):
-    """benchmarks/inprocess.py (the README's "where the time goes") still runs against the matcher."""
+    """benchmarks/inprocess.py (docs/performance.md's "where the time goes") still runs against the matcher."""
     import inprocess
 
     log = tmp_path / "access.log"
