@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,9 @@ from triage.rules.cache import CACHE_VARIABLE
 
 from conftest import FIXTURES, ROOT
 
+# The installed command, as an agent starts it: `python -m triage` in the checkout would import
+# the source tree, which does not hold triage.rules.builtin (the package maps it from rules/).
+CONSOLE_SCRIPT = Path(sys.executable).parent / "vllm-triage"
 SESSION_SECONDS = 120  # the whole scripted session; about 5 s here
 TOOLS = {"scan_log", "scan_text", "plan", "budget", "explain_knob", "show_rule"}
 FIXTURE_LOGS = sorted(
@@ -58,8 +62,7 @@ async def script(tmp_path) -> dict[str, Any]:
     fifo = tmp_path / "a.fifo"
     os.mkfifo(fifo)
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "triage", "mcp"], cwd=str(ROOT),
-        env={CACHE_VARIABLE: os.environ[CACHE_VARIABLE]},
+        command=str(CONSOLE_SCRIPT), args=["mcp"], cwd=str(ROOT), env={CACHE_VARIABLE: os.environ[CACHE_VARIABLE]},
     )
     answers: dict[str, Any] = {}
     with open(tmp_path / "server.stderr", "w") as errlog:
@@ -219,8 +222,8 @@ def test_explain_and_rules(answers, in_root):
 def test_the_cli_does_not_import_the_sdk(in_root):
     """mcp and its dependencies (pydantic, anyio, httpx) would cost every scan's start-up."""
     process = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "triage", "scan", "--format", "json", "fixtures/startup-kv-too-small-v1.log"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [str(CONSOLE_SCRIPT), "scan", "--format", "json", "fixtures/startup-kv-too-small-v1.log"],
+        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
     )
     assert process.returncode == 1, process.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in process.stderr.splitlines() if line.startswith("import time:")}
