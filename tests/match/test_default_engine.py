@@ -75,3 +75,18 @@ def test_a_benchmark_log_reports_the_same_bytes_with_either_engine(builtin_rules
     stdlib = report(log, "re")
     assert report(log, None) == stdlib
     assert all(f'"code": "{code}"' in stdlib for code in writer.counts) and writer.counts  # it found what was injected
+
+
+@pytest.mark.parametrize("value", ["hyperscan", "pcre"])
+def test_an_engine_that_cannot_run_here_is_a_one_line_error(monkeypatch, value):
+    monkeypatch.setitem(sys.modules, "hyperscan", None)  # as where it is not installed: import fails
+    result = CliRunner().invoke(cli.main, ["scan", str(ROOT / "fixtures" / "startup-kv-too-small-v1.log")],
+                                env={ENGINE_VARIABLE: value})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"vllm-triage: error: {ENGINE_VARIABLE}={value}") and result.stderr.count("\n") == 1
+
+
+def test_the_stdlib_engine_runs_where_hyperscan_is_not_installed(ruleset, monkeypatch):
+    monkeypatch.setitem(sys.modules, "hyperscan", None)
+    monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
+    assert Matcher(ruleset).engine.name == "re"

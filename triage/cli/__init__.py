@@ -10,6 +10,7 @@ import click
 
 from triage import __version__
 from triage.input.follow import stdin_is_a_pipe
+from triage.match.anchors import EngineError
 from triage.pipeline import ScanInterrupted, ScanOptions
 from triage.pipeline import scan as scan_inputs
 from triage.report import ScanResult, format_names, render, summary_line, write
@@ -140,6 +141,8 @@ class TriageGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("vllm-triage: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except EngineError as exc:  # VLLM_TRIAGE_ENGINE names one that cannot run here
+            fail(str(exc))
         finally:
             if original is not None:
                 sys.stdout.flush()  # still quiet: what is buffered may meet the closed pipe

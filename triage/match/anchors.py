@@ -34,7 +34,8 @@ MAX_ANCHOR = 32
 SHORTEST_USABLE = 5  # below this an anchor hits too often to be worth it: use the keywords
 ANCHORS_PER_PATTERN = 3
 UNSAFE = set("'\"\\`")  # may be escaped in the raw bytes
-ENGINE_VARIABLE = "VLLM_TRIAGE_ENGINE"  # "re" measures or pins the stdlib engine
+ENGINE_VARIABLE = "VLLM_TRIAGE_ENGINE"  # "re" or "hyperscan" forces that engine; "auto" (or unset) picks
+ENGINES = ("auto", "re", "hyperscan")
 
 # How often a byte starts a stretch of server-log text (access, metrics and prompt
 # lines), on a rough 0-100 scale; bytes not listed are rare (N and F: the "INFO" that
@@ -554,17 +555,26 @@ def _from_text(text: str) -> bytes:
     return text.encode("latin-1")
 
 
+class EngineError(ValueError):
+    """The engine asked for cannot run here (a one-line message for the user)."""
+
+
 def make_engine(
     anchors: list[bytes], prefer: str = "auto", skip_markers: Iterable[bytes] = ()
 ) -> ReEngine | HyperscanEngine:
-    """Hyperscan when importable, else the stdlib engine; VLLM_TRIAGE_ENGINE=re forces the latter.
+    """Hyperscan when importable, else the stdlib engine; VLLM_TRIAGE_ENGINE forces either.
     skip_markers: those of the anchors that mark a line to pass over (request logs)."""
     if prefer == "auto":
-        prefer = os.environ.get(ENGINE_VARIABLE, "auto")
+        prefer = os.environ.get(ENGINE_VARIABLE) or "auto"
+    if prefer not in ENGINES:
+        raise EngineError(f"{ENGINE_VARIABLE}={prefer}: not an engine (one of {', '.join(ENGINES)})")
     if prefer in ("auto", "hyperscan"):
         try:
             return HyperscanEngine(anchors, skip_markers)
         except ImportError:
             if prefer == "hyperscan":
-                raise
+                raise EngineError(
+                    f"{ENGINE_VARIABLE}=hyperscan, but hyperscan cannot be imported "
+                    "(a default dependency on x86-64 Linux only; elsewhere use the stdlib engine: re)"
+                ) from None
     return ReEngine(anchors, trie=cached_regex(trie_regex, anchors), entry=cached_regex(entry_regex, anchors))
