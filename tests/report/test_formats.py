@@ -46,6 +46,7 @@ def run(monkeypatch):
     monkeypatch.chdir(ROOT)
     for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")  # the width pictures are drawn to
     frozen = load_rules([GOLDEN / "rules"], builtin=False)
     monkeypatch.setattr(cli, "load_ruleset", lambda rule_paths: frozen)
 

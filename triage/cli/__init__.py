@@ -77,7 +77,8 @@ def pick_format(requested: str) -> str:
 
 
 # --output FILE with --format auto: the format the file name says, else plain text.
-FORMAT_BY_SUFFIX = {".sarif": "sarif", ".json": "json", ".jsonl": "jsonl", ".xml": "junit", ".md": "markdown"}
+FORMAT_BY_SUFFIX = {".sarif": "sarif", ".json": "json", ".jsonl": "jsonl", ".xml": "junit", ".md": "markdown",
+                   ".html": "html", ".htm": "html"}
 
 
 def pick_report_format(requested: str, output: str | None) -> str:

@@ -136,6 +136,7 @@ _FORMATS = {
     "github": ("github", "render"),
     "junit": ("junit", "render"),
     "markdown": ("markdown", "render"),
+    "html": ("html", "render"),
     "concise": ("concise", "render"),
 }
 

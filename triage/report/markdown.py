@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
+from triage.report.pictures import Picture, finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
 
 ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
@@ -17,6 +18,8 @@ def render(result: ScanResult) -> str:
     if findings:
         blocks.append(table(findings))
         blocks.extend(details(f) for f in findings)
+    for source, pictures in run_summaries(result):
+        blocks.append(f"### {cell(source)}: the run's memory and KV cache\n\n{picture_block(pictures)}")
     if result.errors:
         blocks.append("**Could not read everything:**\n\n" + "\n".join(f"- {cell(e)}" for e in result.errors))
     return "\n\n".join(blocks) + "\n"
@@ -39,7 +42,15 @@ def details(finding: Finding) -> str:
         lines += ["", "**Cause:** " + " ".join(finding.cause)]
     if finding.fixes:
         lines += ["", "**Fix:**", ""] + [f"{number}. {fix}" for number, fix in enumerate(finding.fixes, 1)]
+    pictures = finding_pictures(finding)
+    if pictures:
+        lines += ["", picture_block(pictures)]
     return "\n".join(lines)
+
+
+def picture_block(pictures: list[Picture]) -> str:
+    """The pictures as a code block of plain characters: a pasted report shows them as drawn."""
+    return fenced("\n".join(plain_block(pictures, terminal_width())))
 
 
 def cell(text: str) -> str:

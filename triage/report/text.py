@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from triage.report import ScanResult, by_run, facts_used, summary_line, where
+from triage.report.pictures import finding_pictures, plain_block, rich_text, run_summaries, terminal_width
 from triage.model import Finding
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -30,15 +31,18 @@ def plain_pieces(result: ScanResult) -> Iterator[str]:
 
 
 def _plain_blocks(result: ScanResult) -> Iterator[str]:
+    width = terminal_width()
     for heading, findings in by_run(result.findings):
         if heading:
             yield f"== {heading} =="
         for finding in findings:
-            yield _plain_finding(finding)
+            yield _plain_finding(finding, width)
+    for source, pictures in run_summaries(result):
+        yield "\n".join([f"{source}: the run's memory and KV cache", *plain_block(pictures, width, "  ")])
     yield summary_line(result)
 
 
-def _plain_finding(finding: Finding) -> str:
+def _plain_finding(finding: Finding, width: int | None = None) -> str:
     lines = [
         f"{finding.code} {finding.name} [{finding.stage}, {finding.severity}] {finding.title}",
         f"  at {where(finding)}",
@@ -53,6 +57,9 @@ def _plain_finding(finding: Finding) -> str:
         lines.append(f"  figures from this run's log: {facts_used(finding)}")
     for number, fix in enumerate(finding.fixes, 1):
         lines.append(f"  {number}. {fix}")
+    pictures = finding_pictures(finding)
+    if pictures:
+        lines += ["", *plain_block(pictures, width or terminal_width(), "  ")]
     return "\n".join(lines)
 
 
@@ -69,12 +76,15 @@ def render_rich(result: ScanResult) -> str:
         if heading:
             console.rule(heading)
         for finding in findings:
-            console.print(_panel(finding))
+            console.print(_panel(finding, width - 4))
+    for source, pictures in run_summaries(result):
+        console.print(Panel(Group(*(rich_text(p, width - 4) for p in pictures)), title=f"{source}: the run's memory and KV cache",
+                            title_align="left", border_style="green"))
     console.print(Text(summary_line(result), style="bold"))
     return buffer.getvalue()
 
 
-def _panel(finding: Finding) -> Panel:
+def _panel(finding: Finding, width: int) -> Panel:
     style = STYLE[finding.severity]
     body = [Text(where(finding), style="dim")]
     if finding.excerpt:
@@ -87,6 +97,8 @@ def _panel(finding: Finding) -> Panel:
         body.append(Text.assemble(("Figures from this run's log: ", "bold"), facts_used(finding)))
     for number, fix in enumerate(finding.fixes, 1):
         body.append(Text.assemble((f" {number}. ", "bold " + style), fix))
+    for picture in finding_pictures(finding):
+        body += [Text(""), rich_text(picture, width)]
     title = Text.assemble(
         (f"{finding.code} ", f"bold {style}"),
         (finding.name, "bold"),
