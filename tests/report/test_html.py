@@ -13,8 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from triage import cli
-from triage.cli import load_ruleset, scan_paths
-from triage.match.matcher import Matcher
+from triage.pipeline import ScanOptions, make_matcher, scan
 from triage.report import render
 from triage.report.pictures import finding_pictures, run_summaries
 
@@ -53,12 +52,12 @@ class Elements(HTMLParser):
 
 @pytest.fixture(scope="module")
 def matcher():
-    return Matcher(load_ruleset(()))
+    return ScanOptions(matcher=make_matcher(ScanOptions()))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_every_fixture_report_is_self_contained_and_holds_every_finding(matcher, path):
-    result = scan_paths([str(path)], matcher)
+    result = scan([str(path)], matcher)
     document = render(result, "html")
     assert FETCHES.search(document) is None, FETCHES.search(document)
     parser = Elements()
@@ -93,7 +92,7 @@ def test_markup_in_what_the_log_gives_is_shown_as_text(tmp_path, matcher):
         "ERROR 02-03 10:00:00 [serving_chat.py:283] ValueError: This model's maximum context length is 8192 "
         "tokens. However, you requested 9000 tokens (8000 in the messages, 1000 in the completion).\n"
     )
-    document = render(scan_paths([str(log)], matcher), "html")
+    document = render(scan([str(log)], matcher), "html")
     assert "&lt;script&gt;alert(1)&lt;b&gt;.log" in document
     assert "<script" not in document.lower()
 

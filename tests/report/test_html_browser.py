@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from devtools import Browser, find_browser
 
-from triage.cli import load_ruleset, scan_paths
-from triage.match.matcher import Matcher
+from triage.pipeline import scan
 from triage.report import render
 from triage.report.pictures import finding_pictures, run_summaries
 
@@ -69,7 +68,7 @@ def browser():
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     os.chdir(ROOT)
-    result = scan_paths(FIXTURES, Matcher(load_ruleset(())))
+    result = scan(FIXTURES)
     path = tmp_path_factory.mktemp("html") / "report.html"
     path.write_text(render(result, "html"), encoding="utf-8")
     expected_findings = Counter((f.code, tuple(p.kind for p in finding_pictures(f))) for f in result.findings)

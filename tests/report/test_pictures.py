@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from triage.cli import load_ruleset, scan_paths
-from triage.match.matcher import Matcher
+from triage.pipeline import ScanOptions, make_matcher, scan
 from triage.report import ordered
 from triage.report.markdown import picture_block
 from triage.report.pictures import (
@@ -45,8 +44,8 @@ CASES = {  # one fixture of each kind of picture
 @pytest.fixture(scope="module")
 def results():
     os.chdir(ROOT)
-    matcher = Matcher(load_ruleset(()))
-    return {case: scan_paths([path], matcher) for case, path in CASES.items()}
+    options = ScanOptions(matcher=make_matcher(ScanOptions()))
+    return {case: scan([path], options) for case, path in CASES.items()}
 
 
 def drawn(result, width: int, markdown: bool) -> str:
@@ -163,7 +162,7 @@ def test_a_histogram_draws_every_bin_with_a_count(counts, width):
     assert all(len(line) <= width for line in lines)
     rows = [line for line in lines if "[" in line]
     assert len(rows) == len(bins)
-    for row, count in zip(rows, counts):
+    for row, count in zip(rows, counts, strict=True):
         assert ("#" in row) == (count > 0)
     assert histogram({k: v for k, v in values.items() if k != "requested_p99"}) is None
 
