@@ -35,13 +35,13 @@ def cumulative(values: list[int], bounds: list[float]) -> list[float]:
 def mixed(parts: list[tuple[float, list[int]]], bounds: list[float]) -> list[float]:
     """The cumulative bucket counts of several servers' values, each weighted."""
     columns = [cumulative(values, bounds) for _, values in parts]
-    return [sum(weight * column[i] for (weight, _), column in zip(parts, columns)) for i in range(len(bounds) + 1)]
+    return [sum(weight * column[i] for (weight, _), column in zip(parts, columns, strict=True)) for i in range(len(bounds) + 1)]
 
 
 def bound_by_hand(counts: list[float], bounds: list[float], percent: int) -> float | None:
     """Nearest rank over bucket counts: the first bound holding percent% of the requests."""
     rank = percent * counts[-1] / 100
-    for bound, count in zip([*bounds, math.inf], counts):
+    for bound, count in zip([*bounds, math.inf], counts, strict=True):
         if count >= rank:
             return bound if bound != math.inf else None
     return None

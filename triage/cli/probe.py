@@ -17,9 +17,15 @@ RANGE_HELP = "With --prometheus: the window of the rates, in Prometheus's durati
 @click.option("--selector", default="", help="With --prometheus: label matchers for vLLM's series, e.g. '{job=\"vllm\"}'.")
 @click.option("--range", "range_", default="7d", show_default=True, help=RANGE_HELP)
 @click.option("--show-queries", is_flag=True, help="With --prometheus: print the PromQL queries (to paste into Grafana).")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False), help="The server's log: adds the requests it refused (HTTP 400), which never reach the histograms.")
+@click.option(
+    "--log", "log_path", type=click.Path(dir_okay=False),
+    help="The server's log: adds the requests it refused (HTTP 400), which never reach the histograms.",
+)
 @click.option("--max-model-len", type=click.IntRange(min=1), help="The served window, when /v1/models cannot say (a saved text, a fleet).")
-@click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 120), help="Seconds for each HTTP request (no retries).")
+@click.option(
+    "--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 120),
+    help="Seconds for each HTTP request (no retries).",
+)
 @click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
 @click.option("--fail-on", default="warning", show_default=True, type=click.Choice(["warning", "never"]),
               help="Exit 1 when a warning is found (preemptions, a full KV cache with requests waiting, refused requests).")

@@ -57,9 +57,8 @@ def bucket_percentile(histogram: Histogram, percent: float, window: int | None =
     rank = max(percent * total / 100, min(total, 1.0) * 1e-9)
     finite = [bound for bound, _ in histogram.buckets if bound != float("inf")]
     top = max(finite) if finite else 0.0
-    for bound, count in histogram.buckets:
-        if count >= rank * (1 - 1e-12):
-            break
+    # the first bucket that holds the rank (the last when none does)
+    bound = next((b for b, count in histogram.buckets if count >= rank * (1 - 1e-12)), histogram.buckets[-1][0])
     if bound != float("inf"):
         return BucketPercentile(bound, top)
     if window is not None and window > top:
