@@ -92,6 +92,7 @@ _BUSY = "".join(line * times for line, times in (
      "throughput: 731.8 tokens/s, Running: 46 reqs, Waiting: 29 reqs, GPU KV cache usage: 26.3%, Prefix cache hit "
      "rate: 75.7%\n", 1),
 ))
+TYPICAL_TEXT = _BUSY  # as text: words a busy server repeats
 _TYPICAL = (_BUSY + "".join(f"(APIServer pid=2301) {line}\n" for line in _BUSY.splitlines())).encode()
 
 

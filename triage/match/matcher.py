@@ -25,14 +25,36 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage.match.anchors import (
-    ReEngine, anchors_for, cached_closure, keyword_anchor, make_engine, needs_keywords, strong_anchor,
-)
 from triage.input.reader import Chunk
 from triage.input.records import LineParts, join_variants, parse_line
-from triage.rules.ruleset import MATCH_TIMEOUT, Pattern, Rule, RuleSet, builtin_rule_files
-from triage.model import Event, Record
+from triage.match.anchors import (
+    NOISE,
+    TYPICAL_TEXT,
+    ReEngine,
+    anchors_for,
+    byte_cost,
+    cached_closure,
+    keyword_anchor,
+    make_engine,
+    needs_keywords,
+    strong_anchor,
+)
+from triage.match.loose import (
+    LooseMatch,
+    LoosePattern,
+    derive_loose,
+    loose_match,
+    normalise,
+)
 from triage.match.watchdog import Watchdog
+from triage.model import Event, Record
+from triage.rules.ruleset import (
+    MATCH_TIMEOUT,
+    Pattern,
+    Rule,
+    RuleSet,
+    builtin_rule_files,
+)
 
 CONTEXT_LINES = 2  # a message may continue over this many lines before or after its anchor
 # Relative line windows tried when a candidate line does not match on its own.
@@ -49,6 +71,17 @@ MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest 
 HOSTED_STAGES = {"request"}
 EVENT_BURST = 256  # events of a chunk handed on together (bounded: a chunk of error lines)
 WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in patterns
+# The paste-tolerant second try (triage.match.loose): lines before and after a candidate it
+# joins (a message hard-wrapped at 40 columns spans ten lines), and at most this much text.
+LOOSE_BACK = 4
+LOOSE_AHEAD = 14
+LOOSE_TEXT = 2400
+LOOSE_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{6,}(?![A-Za-z])")
+LOOSE_WORDS_PER_PATTERN = 3
+RARE_BYTE = 6  # anchors.byte_cost of the rarest byte a loose word must hold
+STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
+LOOSE_MORE_VALUES = 24  # a number this close after the last value read: a message with more values
+SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
 
 
 @dataclass(slots=True)
@@ -69,6 +102,7 @@ class _Target:
     builtin: bool  # a built-in pattern: tested to match alike with stdlib re
     search: Any = None  # text -> match or None, bounded in time; made on first use
     read_fields: Any = None  # its groupdict -> typed fields, made on its first match
+    loose: LoosePattern | None | bool = False  # its paste-tolerant form, derived on first need (None: none)
 
 
 @dataclass(slots=True)
@@ -78,6 +112,7 @@ class _Selection:
     every: list[_Target]  # any of its anchors is there: it may match a message wrapped over lines
     alone: list[_Target]  # all of its anchors are there: it may match the line on its own
     hosted: bool  # some are request rules: a hosted API may have sent their message
+    loose: list[_Target] = field(default_factory=list)  # the second try on damaged text: these, and rules whose words it holds
 
 
 class Matcher:
@@ -95,10 +130,12 @@ class Matcher:
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
-        self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
+        self.loose_targets = self._loose_targets()
+        every_anchor = {**self.loose_targets, **self.targets}
+        self._closure = cached_closure(every_anchor, lambda: _substring_closure(every_anchor))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
-        all_anchors = sorted(set(self.targets) | set(self.skip_markers))
+        all_anchors = sorted(set(every_anchor) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine, self.skip_markers) if all_anchors else None
 
     def _targets(self) -> dict[bytes, list[_Target]]:
@@ -132,10 +169,34 @@ class Matcher:
         self._candidates = phases.timing("pass", self._candidates)  # type: ignore[method-assign]
         self._match_line = phases.timing("match", self._match_line)  # type: ignore[method-assign]
 
+    def _loose_targets(self) -> dict[bytes, list[_Target]]:
+        """Word -> the patterns a damaged message holding it may be (the second try).
+
+        A re-wrapped or re-quoted paste may hold none of a pattern's anchors whole, but it
+        still holds most words of them: whole words of six letters or more from the anchors
+        and keywords, none that lines a busy server repeats (access and metrics lines)."""
+        by_rule: dict[int, list[_Target]] = {}
+        for targets in self.targets.values():
+            for target in targets:
+                by_rule.setdefault(target.rule_index, [])
+                if target not in by_rule[target.rule_index]:
+                    by_rule[target.rule_index].append(target)
+        loose: dict[bytes, list[_Target]] = {}
+        for index, targets in by_rule.items():
+            rule = self.rules[index]
+            texts = [a for t in targets for a in anchors_for(t.pattern.compiled.pattern).anchors] + list(rule.keywords)
+            whole = set(_whole_words(" ".join([*rule.keywords, *(t.pattern.compiled.pattern for t in targets)])))
+            words = sorted({w for text in texts for w in _whole_words(text) if w in whole and _rare_word(w)},
+                           key=lambda w: (-len(w), w))
+            for word in words[: LOOSE_WORDS_PER_PATTERN * len(rule.patterns)]:
+                chosen = loose.setdefault(word.encode(), [])
+                chosen += [t for t in sorted(targets, key=lambda t: t.pattern_index) if t not in chosen]
+        return loose
+
     @property
     def anchors(self) -> list[bytes]:
         """Every literal the anchor pass looks for (skip markers included), as for grep -F -f."""
-        return sorted(set(self.targets) | set(self.skip_markers))
+        return sorted(set(self.targets) | set(self.loose_targets) | set(self.skip_markers))
 
     # --- the chunk loop -------------------------------------------------------------
 
@@ -208,7 +269,7 @@ class Matcher:
                 elif line_start < head_end:
                     buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
                     events += self._match_at(source, buffer, offset, line_no, cursor)
-                elif selection.every:
+                elif selection.every or selection.loose:
                     events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
                 if len(events) >= EVENT_BURST:
                     yield from events
@@ -296,7 +357,7 @@ class Matcher:
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
         selection = self._targets_in(buffer, line_start, line_end)
-        return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every else None
+        return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every or selection.loose else None
 
     def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
@@ -306,8 +367,12 @@ class Matcher:
             held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
             chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
             every = [chosen[key] for key in sorted(chosen)]
-            hosted = any(t.rule.stage in HOSTED_STAGES for t in every)
-            selection = _Selection(every, [t for t in every if t.needs <= held], hosted)
+            for anchor in held:
+                for target in self.loose_targets.get(anchor, ()):
+                    chosen.setdefault((target.rule_index, target.pattern_index), target)
+            loose = [chosen[key] for key in sorted(chosen)]
+            hosted = any(t.rule.stage in HOSTED_STAGES for t in loose)
+            selection = _Selection(every, [t for t in every if t.needs <= held], hosted, loose)
             if len(self._targets_for) < MAX_TARGET_SETS:
                 self._targets_for[found] = selection
         return selection
@@ -318,8 +383,10 @@ class Matcher:
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
         targets = selection.every
-        if not events:
+        if not events and targets:
             events = self._match_wrapped(source, lines, targets, cursor)
+        if not events and selection.loose:
+            events = self._match_loose(source, lines, selection.loose, cursor)
         elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
             matched = {event.rule.code for event in events}
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
@@ -327,6 +394,53 @@ class Matcher:
                 events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
         self._mark_hosted(events, lines, selection)
         return events
+
+    def _match_loose(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
+        """The second try, on text people pasted (triage.match.loose): the candidate and its
+        neighbours joined in the loose form. At most one event, the pattern that reads the
+        most of it; the lines it used are not looked at again."""
+        window = _LooseWindow(lines, self.skip_marker_texts)
+        best: tuple[LooseMatch, _Target] | None = None
+        for target in targets:
+            if target.loose is False:
+                target.loose = derive_loose(target.pattern.compiled.pattern)
+            pattern = target.loose
+            if pattern is None or not window.may_hold(pattern.probe):  # type: ignore[union-attr]
+                continue
+            try:
+                found = loose_match(pattern, window.text(), MATCH_TIMEOUT)  # type: ignore[arg-type]
+            except TimeoutError:
+                self._timed_out(target.rule.code, target.pattern.id, f"{source}:{lines.line_no}", cursor)
+                continue
+            if found is not None and not found.complete and not self._stops_as_pasted(found, window):
+                continue
+            if found is not None and (best is None or found.score > best[0].score):
+                best = (found, target)
+        if best is None:
+            return []
+        found, target = best
+        first, last = window.lines_of(found.start, found.end)
+        if first > 0:  # its head is on a later line: that line's own turn (the exact patterns first)
+            return []
+        parts = lines.parts(first)
+        text = window.original(first, last, found.start)
+        record = Record(source, lines.line_no + first, lines.line_no + last, text, parts.level, parts.time,
+                        parts.process, parts.rank)
+        names = list(target.pattern.fields)
+        read_fields = target.read_fields = target.read_fields or field_reader(target.rule, names)
+        fields = read_fields({name: found.fields.get(name) for name in names})
+        cursor.consumed_until = max(cursor.consumed_until, lines.line_no + last)
+        return [Event(target.rule, record, fields, text[:MAX_EXCERPT], target.pattern.id, target.pattern.hosted)]
+
+    @staticmethod
+    def _stops_as_pasted(found: LooseMatch, window: _LooseWindow) -> bool:
+        """A loose match that stops short is a paste of its message only when the text stops
+        there too (a cut), or when only its closing words were replaced and no further number
+        follows. Otherwise the text goes on as another message with the same head."""
+        rest, ends_sentence = window.rest_of_line(found.end)
+        if found.values_read:
+            return not any(c.isdigit() for c in rest[:LOOSE_MORE_VALUES])
+        return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
 
     def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
         if selection.hosted and any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
@@ -467,6 +581,115 @@ def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: i
         if data.find(marker, start, end) >= 0:
             return True
     return False
+
+
+def _rare_word(word: str) -> bool:
+    """Not in the lines a busy server repeats, and holding a byte rare in logs: the stdlib
+    engine enters an anchor at its rarest byte, and a word of common letters only would
+    stop it all over an access log."""
+    return word not in TYPICAL_TEXT and word not in NOISE and min(map(byte_cost, word)) <= RARE_BYTE
+
+
+def _whole_words(text: str) -> list[str]:
+    """The words of an anchor or keyword that it holds whole (an anchor may start or end mid-word)."""
+    return [m.group() for m in LOOSE_WORD.finditer(text)]
+
+
+class _LooseWindow:
+    """The lines around a candidate, in the loose form, read as far as they are needed."""
+
+    def __init__(self, lines: _Lines, skip_markers: list[str]):
+        self.lines, self.skip_markers = lines, skip_markers
+        self.first = 0
+        self.texts: list[str] = []  # decoded messages, from line offset self.first on
+        self.forms: list[str] = []  # their loose forms
+        self.ahead = 0  # the last offset read
+        self._lower: str | None = None
+        self._text: str | None = None
+        start = self._read(0)
+        if start is None:
+            return
+        for offset in range(-1, -LOOSE_BACK - 1, -1):
+            if self._read(offset, front=True) is None:
+                break
+        for offset in range(1, 3):  # the head is within a few lines: enough for may_hold
+            if self._read(offset) is None:
+                break
+
+    def _read(self, offset: int, front: bool = False) -> str | None:
+        text = self.lines.parts(offset).text
+        if text is None or any(marker in text for marker in self.skip_markers):
+            return None  # past the input, a long line, or a request-log line (a prompt): not joined
+        form = normalise(STRING_PREFIX.sub("", text))
+        if front:
+            self.texts.insert(0, text)
+            self.forms.insert(0, form)
+            self.first = offset
+        else:
+            self.texts.append(text)
+            self.forms.append(form)
+            self.ahead = offset
+        self._lower = self._text = None
+        return form
+
+    def may_hold(self, probe: str) -> bool:
+        """The head's longest piece is in the lines read so far (a cheap test before the regex)."""
+        if self._lower is None:
+            self._lower = "".join(self.forms).lower()
+        return probe in self._lower
+
+    def text(self) -> str:
+        if self._text is None:
+            if self.texts and self.ahead >= 0:
+                size = sum(map(len, self.forms))
+                for offset in range(self.ahead + 1, LOOSE_AHEAD + 1):
+                    if size >= LOOSE_TEXT or self.ahead < offset - 1:
+                        break
+                    form = self._read(offset)
+                    if form is None:
+                        break
+                    size += len(form)
+            self._text = "".join(self.forms)
+        return self._text
+
+    def rest_of_line(self, end: int) -> tuple[str, bool]:
+        """What follows `end` on its line (loose form), and whether that line ends a sentence."""
+        position = 0
+        for index, form in enumerate(self.forms):
+            if end <= position + len(form):
+                return form[end - position :], bool(SENTENCE_END.search(self.texts[index]))
+            position += len(form)
+        return "", False
+
+    def lines_of(self, start: int, end: int) -> tuple[int, int]:
+        """The line offsets (relative to the candidate) of a span of text()."""
+        first = last = None
+        position = 0
+        for index, form in enumerate(self.forms):
+            if first is None and start < position + len(form):
+                first = index
+            if end <= position + len(form):
+                last = index
+                break
+            position += len(form)
+        first = 0 if first is None else first
+        last = len(self.forms) - 1 if last is None else max(last, first)
+        return first + self.first, last + self.first
+
+    def original(self, first: int, last: int, start: int) -> str:
+        """The lines first..last as read, from where the match starts on the first."""
+        texts = self.texts[first - self.first : last - self.first + 1]
+        index = first - self.first
+        skip = start - sum(map(len, self.forms[:index]))  # loose-form characters before the match on its line
+        wanted = len(self.forms[index]) - skip
+        low, high = 0, len(texts[0])  # the last offset whose rest still has the whole match in loose form
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(normalise(STRING_PREFIX.sub("", texts[0][middle:]))) >= wanted:
+                low = middle
+            else:
+                high = middle - 1
+        return " ".join([texts[0][low:], *texts[1:]])
 
 
 def _joins(texts: list[str]) -> list[str]:

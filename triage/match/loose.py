@@ -1,0 +1,349 @@
+"""Matching vLLM's messages as people paste them: the second try after the exact patterns.
+
+Between vLLM and a user's clipboard a message gets re-wrapped (at any width, mid-word or
+mid-number, with or without the log prefix on the continuation lines), re-quoted (curly,
+CJK or full-width quotes; backticks lost to rendered markdown), cut short, paraphrased
+around its numbers, or embedded in prose of another language. Both sides are brought to
+one form for that:
+
+- the text (normalise): full-width forms folded (NFKC), every whitespace, quote and
+  backtick removed, sentence punctuation removed unless it sits between two digits
+  (so "16.00" and "131,072" keep theirs), compared without case;
+- each rule pattern (LoosePattern), derived from its regex, never written by hand: the
+  same deletions on its literals, punctuation and brackets optional, and the pattern's
+  top-level sequence turned into a chain that matches as far as the text goes. The
+  *head* (everything up to the first literal run of MIN_HEAD letters or digits) is
+  required; after it each step is optional, so a cut message still yields the numbers
+  printed before the cut. The literal glue between two numbers may be replaced by other
+  words (any SOFT_GLUE characters that are not digits): a paraphrase keeping vLLM's head
+  and numbers in their order still reads them.
+
+A message is identified by its head and its numbers, not by its tail. The head is the
+guard: prose that names a knob or quotes a number without vLLM's opening clause never
+matches, and request-log lines (prompts) never reach this code (the matcher skips them).
+A new vLLM wording stays a YAML change: its loose form is derived like its anchors.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+try:  # Python 3.11+
+    from re import _constants as sre_constants
+    from re import _parser as sre_parse
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+MIN_HEAD = 14  # letters and digits in the literal run that ends a head: below that, prose matches
+MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") is not a message
+SOFT_GLUE = 24  # characters (normalised) other words between two numbers may take
+SHORT_GLUE = 16  # only glue this short (letters and digits) may be worded otherwise: "in the messages,"
+PROBE_WORD = 5  # shortest head word the anchor pass may look for in damaged text
+
+QUOTES = "'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\u301f\uff02\uff07"
+PUNCTUATION = ".,;:!?"
+BRACKETS = "()[]"
+# After NFKC: CJK punctuation that folding leaves alone.
+_CJK = str.maketrans({"\u3002": ".", "\u3001": ",", "\uff61": ".", "\uff64": ",", "\u3010": "[", "\u3011": "]",
+                      "\u3014": "(", "\u3015": ")", "\u2026": "..."})
+_DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
+_LONE_PUNCTUATION = re.compile(r"(?<!\d)[.,;:!?]+|[.,;:!?]+(?!\d)")
+
+
+def normalise(text: str) -> str:
+    """The form both a pasted text and a loose pattern are compared in."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text).translate(_CJK)
+    return _LONE_PUNCTUATION.sub("", _DROP.sub("", text))
+
+
+@dataclass(slots=True)
+class LoosePattern:
+    regex: str  # for the regex module, IGNORECASE
+    probe: str  # the longest letters-and-digits piece of the head, lower case: a cheap first test
+    words: list[str]  # words of the head, for the anchor pass (damaged text may hold no exact anchor)
+    fields: list[str]  # the pattern's own named groups
+    compiled: Any = None
+
+    def search(self, text: str, timeout: float) -> Any:
+        if self.compiled is None:
+            import regex
+
+            self.compiled = regex.compile(self.regex, regex.IGNORECASE | regex.V0)
+        return self.compiled.search(text, timeout=timeout)
+
+
+@dataclass(slots=True)
+class LooseMatch:
+    fields: dict[str, str]  # the named groups that matched, as text
+    start: int
+    end: int
+    score: int  # matched characters less those other words took: the better reading wins
+    complete: bool  # the chain reached the pattern's end (False: cut short or tail replaced)
+    values_read: bool  # it reached past the last value: only the tail may be missing
+
+
+def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
+    match = pattern.search(text, timeout)
+    if match is None:
+        return None
+    groups = match.groupdict()
+    soft = sum(len(value) for name, value in groups.items() if name.startswith("_s") and value)
+    fields = {name: groups[name] for name in pattern.fields if groups.get(name) is not None}
+    fields = {name: value for name, value in fields.items() if not value.startswith("{")}  # a source line's placeholder
+    return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
+                      groups.get("_end") is not None, groups.get("_v") is not None)
+
+
+def derive_loose(source: str) -> LoosePattern | None:
+    """The loose form of a pattern's regex (after the {name:type} shorthand is expanded);
+    None when it uses syntax only the regex module reads, or has no head."""
+    try:
+        tree = sre_parse.parse(source)
+    except Exception:  # noqa: BLE001 - regex-module syntax: no loose form
+        return None
+    names = {index: name for name, index in tree.state.groupdict.items()}
+    emitter = _Emitter(names)
+    segments = _segments(list(tree), emitter)
+    head_end, letters, words = None, 0, 0
+    for index, (literal, content) in enumerate(segments):
+        letters += _alnum(content) if literal else 0
+        words += sum(any(c.isalpha() for c in word) for word in content.split()) if literal else 0
+        if literal and letters >= MIN_HEAD and words >= MIN_HEAD_WORDS:
+            head_end = index
+            break
+    if head_end is None:
+        return None
+    if not tree.state.groupdict:  # no value to read: the whole text is what tells the message
+        head_end = len(segments) - 1
+    head = "".join(_emit_segment(segment, emitter) for segment in segments[: head_end + 1])
+    if head[:1].isalpha():  # "Too large ..." is not the end of "Possibly too large ...": the first letter keeps its case
+        head = f"(?-i:{head[0]}){head[1:]}"
+    chain = "(?P<_end>)"
+    steps = _steps(segments[head_end + 1 :], emitter)
+    last_value = max((i for i, (_, holds) in enumerate(steps) if holds), default=-1)
+    if last_value < 0:
+        head += "(?P<_v>)"  # no value after the head: it is all there is to read
+    for index in range(len(steps) - 1, -1, -1):
+        step = steps[index][0].replace("{soft}", f"_s{index}")
+        chain = f"(?:{step}{'(?P<_v>)' if index == last_value else ''}{chain})?"
+    head_text = " ".join(content for literal, content in segments[: head_end + 1] if literal)
+    pieces = re.findall(r"[A-Za-z0-9]+", _plain(head_text))
+    probe = max(pieces, key=len).lower() if pieces else ""
+    words = [w for w in re.findall(r"[A-Za-z][a-z]+", head_text) if len(w) >= PROBE_WORD]
+    return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
+
+
+def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, bool]]:
+    """The optional steps after the head. Literal glue goes with the value after it, so
+    other words in its place (the soft glue) are taken only when that value follows."""
+    steps, index = [], 0
+    while index < len(segments):
+        piece = _emit_segment(segments[index], emitter)
+        following = segments[index + 1] if index + 1 < len(segments) else None
+        if segments[index][0] and following and not following[0] and emitter.holds_group(following):
+            after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
+            fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
+            glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
+            steps.append((glue + _emit_segment(following, emitter), True))
+            index += 2
+            continue
+        if piece:
+            steps.append((piece, not segments[index][0] and emitter.holds_group(segments[index])))
+        index += 1
+    return steps
+
+
+def _holds_any(segment: tuple[bool, Any]) -> bool:
+    literal, items = segment
+    return not literal and any(op in _REPEATS and any(o is sre_constants.ANY for o, _ in value[2]) for op, value in items)
+
+
+def _alnum(text: str) -> int:
+    return sum(ch.isalnum() for ch in text)
+
+
+def _plain(literal: str) -> str:
+    return "".join(ch for ch in literal if ch not in QUOTES and not ch.isspace())
+
+
+class _Emitter:
+    """Writes an sre_parse tree back as regex text, with the loose form's changes."""
+
+    def __init__(self, names: dict[int, str]):
+        self.names = names
+
+    def holds_group(self, segment: tuple) -> bool:
+        return any(self.names.get(index) for index in _group_indexes(segment[1]))
+
+    def emit(self, items: Any) -> str:
+        items = list(items)
+        out = []
+        for index, (op, value) in enumerate(items):
+            if op is sre_constants.LITERAL:
+                inside_number = 0 < index < len(items) - 1 and _digit_like(*items[index - 1]) and _digit_like(*items[index + 1])
+                out.append(self.literal(chr(value), strict=inside_number))
+            else:
+                out.append(self.item(op, value))
+        return "".join(out)
+
+    def literal(self, char: str, strict: bool = False, top: bool = False) -> str:
+        """strict: punctuation inside a number ("16.00", "131,072") stays as it is. top: a
+        bracket of the message's own text (not of a group's syntax) may have been dropped."""
+        if char.isspace() or char in QUOTES:
+            return ""
+        if not strict and (char in PUNCTUATION or top and char in BRACKETS):
+            return re.escape(char) + "?"
+        return re.escape(char)
+
+    def item(self, op: Any, value: Any) -> str:
+        c = sre_constants
+        if op is c.LITERAL:
+            return self.literal(chr(value))
+        if op is c.NOT_LITERAL:
+            return f"[^{_class_char(chr(value))}]"
+        if op is c.ANY:
+            return "."
+        if op is c.IN:
+            return self.char_class(value)
+        if op is c.CATEGORY:
+            return "" if value is c.CATEGORY_SPACE else _CATEGORIES.get(value, "")
+        if op is c.AT:
+            return ""  # ^, $, \b: the whitespace they lean on is gone
+        if op is c.BRANCH:
+            return "(?:" + "|".join(self.emit(branch) for branch in value[1]) + ")"
+        if op is c.SUBPATTERN:
+            group, _, _, items = value
+            name = self.names.get(group) if group else None
+            inner = self.emit(items)
+            # a named value, or the placeholder that stands for it in a traceback's source line
+            return f"(?P<{name}>{inner}|\\{{[^{{}}]{{1,80}}\\}})" if name else f"(?:{inner})"
+        if op in _REPEATS:
+            low, high, items = value
+            inner = self.emit(items)
+            if not inner:
+                return ""
+            bounds = _bounds(low, high)
+            # lazy only over any-character: a lazy class would stop short of an optional bracket
+            lazy = "?" if op is c.MIN_REPEAT and any(o is c.ANY for o, _ in items) else ""
+            return f"(?:{inner}){bounds}{lazy}"
+        if op in (c.ASSERT, c.ASSERT_NOT):
+            direction, items = value
+            kind = {(1, c.ASSERT): "?=", (1, c.ASSERT_NOT): "?!", (-1, c.ASSERT): "?<=", (-1, c.ASSERT_NOT): "?<!"}
+            return f"({kind[(direction, op)]}{self.emit(items)})"
+        if op is getattr(c, "ATOMIC_GROUP", None):
+            return f"(?>{self.emit(value)})"
+        if op is c.GROUPREF:
+            name = self.names.get(value)
+            return f"(?P={name})" if name else ""
+        raise ValueError(f"no loose form for {op}")
+
+    def char_class(self, members: Any) -> str:
+        c = sre_constants
+        if all(op is c.CATEGORY and value is c.CATEGORY_SPACE or op is c.LITERAL and chr(value).isspace()
+               for op, value in members):
+            return ""  # whitespace only: gone from the text
+        out, negate = [], False
+        for op, value in members:
+            if op is c.NEGATE:
+                negate = True
+            elif op is c.LITERAL:
+                out.append(_class_char(chr(value)))
+            elif op is c.RANGE:
+                out.append(f"{_class_char(chr(value[0]))}-{_class_char(chr(value[1]))}")
+            elif op is c.CATEGORY:
+                out.append(_CATEGORIES.get(value, ""))
+        return f"[{'^' if negate else ''}{''.join(out)}]"
+
+
+_REPEATS = tuple(op for op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT,
+                               getattr(sre_constants, "POSSESSIVE_REPEAT", None)) if op is not None)
+_CATEGORIES = {
+    sre_constants.CATEGORY_DIGIT: r"\d", sre_constants.CATEGORY_NOT_DIGIT: r"\D",
+    sre_constants.CATEGORY_WORD: r"\w", sre_constants.CATEGORY_NOT_WORD: r"\W",
+    sre_constants.CATEGORY_SPACE: r"\s", sre_constants.CATEGORY_NOT_SPACE: r"\S",
+}
+
+
+def _digit_like(op: Any, value: Any) -> bool:
+    """A digit, a class of digits, or a repeat of one: punctuation next to it belongs to a number."""
+    c = sre_constants
+    if op is c.LITERAL:
+        return chr(value).isdigit()
+    if op is c.CATEGORY:
+        return value is c.CATEGORY_DIGIT
+    if op is c.IN:
+        return any(o is c.CATEGORY and v is c.CATEGORY_DIGIT or o is c.RANGE and v[0] == ord("0") for o, v in value)
+    if op in _REPEATS:
+        return any(_digit_like(o, v) for o, v in value[2])
+    return False
+
+
+def _class_char(char: str) -> str:
+    return "\\" + char if char in "\\]^-[" else char
+
+
+def _bounds(low: int, high: Any) -> str:
+    if high is sre_constants.MAXREPEAT:
+        return "*" if low == 0 else "+" if low == 1 else f"{{{low},}}"
+    if low == 0 and high == 1:
+        return "?"
+    return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
+
+
+def _group_indexes(items: Any) -> list[int]:
+    """The capture groups inside a list of items."""
+    found = []
+    for op, value in items:
+        if op is sre_constants.SUBPATTERN:
+            if value[0]:
+                found.append(value[0])
+            found += _group_indexes(value[3])
+        elif op in _REPEATS:
+            found += _group_indexes(value[2])
+        elif op is sre_constants.BRANCH:
+            for branch in value[1]:
+                found += _group_indexes(branch)
+    return found
+
+
+def _segments(items: list, emitter: _Emitter) -> list[tuple[bool, Any]]:
+    """The top-level sequence in runs: (True, literal text) for literal characters (and
+    whitespace the loose form drops), (False, [item]) for anything else."""
+    segments: list[tuple[bool, Any]] = []
+    for op, value in items:
+        text = _literal_text(op, value)
+        if text is not None:
+            if segments and segments[-1][0]:
+                segments[-1] = (True, segments[-1][1] + text)
+            else:
+                segments.append((True, text))
+        else:
+            segments.append((False, [(op, value)]))
+    return segments
+
+
+def _literal_text(op: Any, value: Any) -> str | None:
+    """The item as literal text when it is one (a literal, or whitespace the loose form drops)."""
+    c = sre_constants
+    if op is c.LITERAL:
+        return chr(value)
+    if op is c.CATEGORY and value is c.CATEGORY_SPACE:
+        return " "
+    if op is c.IN and all(o is c.CATEGORY and v is c.CATEGORY_SPACE or o is c.LITERAL and chr(v).isspace()
+                          for o, v in value):
+        return " "
+    if op in _REPEATS and all(_literal_text(o, v) == " " for o, v in value[2]):
+        return " "
+    return None
+
+
+def _emit_segment(segment: tuple[bool, Any], emitter: _Emitter) -> str:
+    literal, content = segment
+    if literal:
+        return "".join(emitter.literal(char, top=True) for char in content)
+    return emitter.emit(content)
