@@ -31,12 +31,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-try:  # Python 3.11+
-    from re import _constants as sre_constants
-    from re import _parser as sre_parse
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+from triage.match.anchors import sre_constants, sre_parse
 
 MIN_HEAD = 14  # letters and digits in the literal run that ends a head: below that, prose matches
 MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") is not a message
@@ -44,7 +39,8 @@ SOFT_GLUE = 24  # characters (normalised) other words between two numbers may ta
 SHORT_GLUE = 16  # only glue this short (letters and digits) may be worded otherwise: "in the messages,"
 PROBE_WORD = 5  # shortest head word the anchor pass may look for in damaged text
 
-QUOTES = "'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\u301f\uff02\uff07"
+QUOTES = ("'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a"
+          "\u300c\u300d\u300e\u300f\u301d\u301e\u301f\uff02\uff07")
 PUNCTUATION = ".,;:!?"
 BRACKETS = "()[]"
 # After NFKC: CJK punctuation that folding leaves alone.
@@ -109,11 +105,11 @@ def derive_loose(source: str) -> LoosePattern | None:
     names = {index: name for name, index in tree.state.groupdict.items()}
     emitter = _Emitter(names)
     segments = _segments(list(tree), emitter)
-    head_end, letters, words = None, 0, 0
+    head_end, letters, head_words = None, 0, 0
     for index, (literal, content) in enumerate(segments):
         letters += _alnum(content) if literal else 0
-        words += sum(any(c.isalpha() for c in word) for word in content.split()) if literal else 0
-        if literal and letters >= MIN_HEAD and words >= MIN_HEAD_WORDS:
+        head_words += sum(any(c.isalpha() for c in word) for word in content.split()) if literal else 0
+        if literal and letters >= MIN_HEAD and head_words >= MIN_HEAD_WORDS:
             head_end = index
             break
     if head_end is None:
