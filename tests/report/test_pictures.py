@@ -183,3 +183,48 @@ def test_rich_pictures_fit_the_width_and_use_colour(results, width):
             out = console.export_text(styles=False, clear=False)
             assert all(len(line) <= width for line in out.splitlines())
             assert "█" in out and "\x1b[" in console.export_text(styles=True)
+
+
+PLANS = {  # `plan` scenarios side by side: one that refuses to start as given, one that starts everywhere
+    "plan-llama-8b-l4-131072": ["plan", "fixtures/models/llama-3.1-8b-instruct", "--gpu", "L4", "--max-model-len", "131072"],
+    "plan-deepseek-v3-8xh200": ["plan", "fixtures/models/deepseek-v3", "--gpu", "H200", "--gpus", "8"],
+}
+
+
+def plan_picture(args: list[str], width: int, monkeypatch) -> str:
+    from click.testing import CliRunner
+
+    from triage import cli
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", str(width))
+    printed = CliRunner().invoke(cli.main, [*args, "--format", "text"]).stdout
+    return printed[printed.index("Each scenario's GPU memory"):].split("\n\n", 1)[0] + "\n"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("case", sorted(PLANS))
+def test_plan_pictures_match_golden(update_golden, monkeypatch, case, width):
+    output = plan_picture(PLANS[case], width, monkeypatch)
+    golden = GOLDEN / f"{case}.{width}.text"
+    if update_golden:
+        golden.write_text(output, encoding="utf-8")
+    assert output == golden.read_text(encoding="utf-8")
+    assert all(len(line) <= width for line in output.splitlines())
+
+
+def test_each_plan_scenario_says_whether_its_sequence_fits(monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from triage import cli
+
+    monkeypatch.chdir(ROOT)
+    args = PLANS["plan-llama-8b-l4-131072"]
+    scenarios = json.loads(CliRunner().invoke(cli.main, [*args, "--format", "json"]).stdout)["plan"]["scenarios"]
+    picture = plan_picture(args, 100, monkeypatch)
+    verdicts = [line.split()[-1] for line in picture.splitlines() if line.strip().startswith("needs")]
+    assert verdicts == ["fits" if s["would_start"] else "NO" for s in scenarios] == ["NO", "NO", "fits"]
+    for scenario in scenarios:
+        assert scenario["label"] in picture

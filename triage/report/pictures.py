@@ -287,6 +287,41 @@ def sequences(facts: Mapping[str, Any]) -> Picture | None:
 
 BUILDERS = {"request": (overflow, histogram), "startup": (shortfall,)}
 
+GIB = 1024**3
+
+
+def plan_scenarios(plan: Any) -> Picture | None:
+    """`plan`: each scenario's GPU as a stack (weights, the activation allowance, KV cache,
+    the card beyond gpu_memory_utilization), with one max_model_len sequence's need under it."""
+    if not plan.scenarios:
+        return None
+    card = plan.gpu_memory_bytes / GIB if plan.gpu_memory_bytes and not plan.kv_memory_given else None
+    overhead = plan.overhead_bytes / GIB if card is not None else 0.0
+    rows, legend_parts = [], set()
+    for scenario in plan.scenarios:
+        weights = scenario.weights_per_gpu / GIB if card is not None else 0.0
+        kv = max(0.0, scenario.kv_memory_per_gpu / GIB)
+        start = weights + overhead
+        stack = [Segment(0, weights, "weights"), Segment(weights, start, "other"), Segment(start, start + kv, "kv")]
+        if card is not None and card > start + kv:
+            stack.append(Segment(start + kv, card, "reserved"))
+        need = scenario.sequence_bytes / GIB
+        needs = [Segment(start, start + min(kv, need), "need")]
+        if need > kv:
+            needs.append(Segment(start + kv, start + need, "short"))
+        rows += [Row(scenario.label, stack, gib(scenario.kv_memory_per_gpu / GIB) + " KV"),
+                 Row("  needs", needs, gib(need) + (" fits" if scenario.would_start else " NO"))]
+        legend_parts.update(segment.part for row in rows[-2:] for segment in row.segments if segment.end > segment.start)
+    words = {
+        "weights": "weights per GPU", "other": f"allowance for activations and other {gib(overhead)}",
+        "kv": "KV cache per GPU", "reserved": f"outside gpu_memory_utilization {plan.gpu_memory_utilization:g}",
+        "need": f"KV for one {n(plan.scenarios[0].max_model_len)}-token sequence", "short": "what it lacks",
+    }
+    legend = [(part, words[part]) for part in words if part in legend_parts]
+    notes = [f"card {gib(card)} ({plan.gpu_name or 'as given'})"] if card is not None else [
+        "KV memory given per GPU (--kv-cache-memory): weights and the card are not drawn"]
+    return Picture("scenarios", "Each scenario's GPU memory (GiB)", rows, legend, [], notes)
+
 
 # --- plain characters and rich colour ----------------------------------------------------
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from triage import __version__
 from triage.plan.kvcache import GIB
 from triage.plan.planner import BudgetResult, PlanResult
+from triage.report.pictures import MAX_WIDTH, plain_lines, plan_scenarios, rich_text, terminal_width
 
 SCHEMA_VERSION = 1
 KIND_NAMES = {
@@ -97,7 +98,9 @@ def render_plan_text(result: PlanResult) -> str:
     table = ["  ".join([" " * width0, *(t.ljust(w) for t, w in zip(titles[1:], widths, strict=True))]).rstrip()]
     for title, values in rows:
         table.append("  ".join([title.ljust(width0), *(v.ljust(w) for v, w in zip(values, widths, strict=True))]).rstrip())
-    return "\n".join([*_header(result), "", *table, "", *_footer(result)]).rstrip() + "\n"
+    picture = plan_scenarios(result)
+    drawn = ["", *plain_lines(picture, terminal_width())] if picture else []
+    return "\n".join([*_header(result), "", *table, *drawn, "", *_footer(result)]).rstrip() + "\n"
 
 
 def render_plan_rich(result: PlanResult) -> str:
@@ -113,6 +116,9 @@ def render_plan_rich(result: PlanResult) -> str:
     for line in _header(result):
         console.print(line, highlight=False, markup=False)
     console.print(table)
+    picture = plan_scenarios(result)
+    if picture:
+        console.print(rich_text(picture, min(console.width, MAX_WIDTH)))
     for line in _footer(result):
         console.print(line, highlight=False, markup=False, style="yellow" if line.startswith("note") else "red")
     return buffer.getvalue()
