@@ -297,7 +297,8 @@ def plan_scenarios(plan: Any) -> Picture | None:
         return None
     card = plan.gpu_memory_bytes / GIB if plan.gpu_memory_bytes and not plan.kv_memory_given else None
     overhead = plan.overhead_bytes / GIB if card is not None else 0.0
-    rows, legend_parts = [], set()
+    rows: list[Row] = []
+    legend_parts: set[str] = set()
     for scenario in plan.scenarios:
         weights = scenario.weights_per_gpu / GIB if card is not None else 0.0
         kv = max(0.0, scenario.kv_memory_per_gpu / GIB)
