@@ -103,7 +103,7 @@ COMMANDS = [  # (arguments, the exit code the command has when its output is rea
     (GATE_FAILS, 1),
     (["gate", "fixtures/gate/healthy.log", "--require-ready"], 0),
     (["plan", "fixtures/models/llama-3.1-8b-instruct", "--gpu", "H100", "--format", "json"], 0),
-    (["budget", "--max-model-len", "8192", "--prompt-tokens", "9000"], 0),
+    (["budget", "--max-model-len", "8192", "--prompt-tokens", "9000"], 1),  # the prompt must be cut
     (["rules", "list"], 0),
     (["rules", "show", "VT201"], 0),
     (["rules", "test", "fixtures"], 0),

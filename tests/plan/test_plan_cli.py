@@ -40,11 +40,38 @@ def test_plan_text_table_shows_the_levers_side_by_side():
     assert "model.safetensors.index.json" in result.output
 
 
-def test_plan_predicts_the_startup_refusal():
+def test_plan_predicts_the_startup_refusal_and_exits_1():
     result = run("plan", LLAMA, "--gpu", "L4", "--max-model-len", "131072", "--format", "text")
-    assert result.exit_code == 0
-    assert "vLLM would refuse to start" in result.output
-    assert "the estimated maximum model length is" in result.output
+    assert result.exit_code == 1  # a script branches on "would it start" (README, plan --help)
+    assert "as given: vLLM would refuse to start" in result.output
+    assert "the estimated maximum model length is 26928" in result.output
+
+
+@pytest.mark.parametrize("format_name", ["text", "json", "rich"])
+def test_plan_exit_code_follows_the_as_given_column(format_name):
+    """0 when the configuration as given starts, 1 when vLLM would refuse it, in every format;
+    another column (fp8, more GPUs) that would start does not change it."""
+    refused = run("plan", LLAMA, "--gpu", "L4", "--max-model-len", "40000", "--format", format_name)
+    assert refused.exit_code == 1, refused.output
+    starts = run("plan", LLAMA, "--gpu", "L4", "--max-model-len", "20000", "--format", format_name)
+    assert starts.exit_code == 0, starts.output
+
+
+def test_plan_knows_b200():
+    result = run("plan", LLAMA, "--gpu", "B200", "--format", "json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)["plan"]
+    assert plan["gpu_name"] == "B200" and plan["gpu_memory_bytes"] == 183_359 * 2**20
+
+
+def test_plan_of_a_model_id_says_how_to_get_its_config():
+    result = run("plan", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "looks like a model id" in lines[0]
+    assert "huggingface-cli download meta-llama/Llama-3.1-8B-Instruct config.json" in lines[0]
+    assert lines[0].endswith("then vllm-triage plan Llama-3.1-8B-Instruct")
 
 
 def test_plan_rich_renders_a_table():
@@ -67,7 +94,7 @@ def test_plan_kv_cache_memory_and_options():
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (("--gpu", "TPU v5"), "known: H200, H100 80GB"),
+        (("--gpu", "TPU v5"), "known: B200, H200, H100 80GB"),
         (("--gpu", "H100", "--gpu-memory", "80GiB"), "not both"),
         (("--gpu-memory", "eighty"), "cannot read size"),
         (("--gpu", "H100", "--tensor-parallel-size", "3"), "does not divide"),
@@ -84,7 +111,7 @@ def test_plan_usage_errors_are_one_line_exit_2(args, words):
 
 def test_plan_of_a_missing_model_is_exit_2():
     result = run("plan", str(MODELS / "no-such-model"), "--gpu", "H100")
-    assert result.exit_code == 2 and "no such file" in result.output
+    assert result.exit_code == 2 and "no such file" in result.output and "model id" not in result.output
 
 
 def test_budget_with_prompt_tokens():
@@ -92,7 +119,22 @@ def test_budget_with_prompt_tokens():
     assert result.exit_code == 0
     assert "max_tokens (or max_completion_tokens) <= 1,192" in result.output
     result = run("budget", "--max-model-len", "8192", "--prompt-tokens", "9000", "--format", "json")
+    assert result.exit_code == 1  # the prompt must be cut: scripts branch on it
     assert json.loads(result.output)["budget"]["cut_tokens"] == 809
+
+
+@pytest.mark.parametrize(
+    ("prompt", "code", "answer"),
+    [
+        (8191, 0, "send max_tokens (or max_completion_tokens) <= 1\n"),
+        (8192, 1, "cut at least 1 token to get even one new token"),
+        (8193, 1, "cut at least 2 tokens to get even one new token"),
+    ],
+)
+def test_budget_at_the_edge_of_the_window(prompt, code, answer):
+    result = run("budget", "--max-model-len", "8192", "--prompt-tokens", str(prompt), "--format", "text")
+    assert result.exit_code == code
+    assert answer in result.output
 
 
 def test_budget_counts_a_prompt_file_with_a_local_tokenizer():

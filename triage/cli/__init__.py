@@ -339,7 +339,9 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
 def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
          kv_cache_dtype, dtype, block_size, max_model_len, max_num_seqs, max_num_batched_tokens, weights_gib,
          kv_cache_memory, overhead, concurrency_at, format_name) -> None:
-    """What --max-model-len and concurrency fit: KV-cache arithmetic from a model's config.json or folder."""
+    """What --max-model-len and concurrency fit: KV-cache arithmetic from a model's config.json or folder.
+
+    Exit 0 when vLLM would start as given, 1 when it would refuse to, 2 on bad input."""
     from triage.report.plan_format import render_plan
 
     try:
@@ -353,6 +355,7 @@ def plan(model, gpu_name, gpu_memory, gpus, tensor_parallel_size, pipeline_paral
     except plan_errors() as exc:  # evaluated only when something was raised
         fail(str(exc))
     click.echo(render_plan(result, pick_format(format_name)), nl=False)
+    sys.exit(EXIT_CLEAN if result.scenarios[0].would_start else EXIT_FINDINGS)  # scripts branch on "would it start"
 
 
 def plan_errors() -> tuple[type[Exception], ...]:
@@ -402,7 +405,9 @@ def make_plan(
 @click.option("--margin", default=0, show_default=True, type=int, help="Tokens to hold back (chat template, counting differences).")
 @click.option("--format", "format_name", default="auto", show_default=True, type=click.Choice(["auto", "text", "rich", "json"]))
 def budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin, format_name) -> None:
-    """The largest max_tokens to send for a prompt, or how much to cut."""
+    """The largest max_tokens to send for a prompt, or how much to cut.
+
+    Exit 0 when the prompt leaves room for an answer, 1 when it must be cut, 2 on bad input."""
     from triage.report.plan_format import render_budget
 
     try:
@@ -410,6 +415,7 @@ def budget(max_model_len, prompt_tokens, prompt_file, tokenizer, margin, format_
     except plan_errors() as exc:  # evaluated only when something was raised
         fail(str(exc))
     click.echo(render_budget(result, pick_format(format_name)), nl=False)
+    sys.exit(EXIT_CLEAN if result.max_tokens else EXIT_FINDINGS)  # 1: the prompt must be cut first
 
 
 def make_budget(

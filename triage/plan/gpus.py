@@ -27,6 +27,7 @@ class Gpu:
 
 
 GPUS: tuple[Gpu, ...] = (
+    Gpu("B200", 183359, ("b200 180gb", "b200 sxm", "hgx b200", "dgx b200")),
     Gpu("H200", 143771, ("h200 141gb", "h200 sxm", "h200 nvl")),
     Gpu("H100 80GB", 81559, ("h100", "h100 sxm", "h100 pcie", "h100 sxm5", "h100 80gb hbm3", "h800")),
     Gpu("H100 NVL", 95830, ("h100 94gb", "h100nvl")),

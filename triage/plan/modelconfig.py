@@ -9,6 +9,7 @@ download, no ``transformers``. The weights' size comes from
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,7 @@ def load(path: str | Path) -> ModelConfig:
     elif path.is_file():
         folder, config_path = None, path
     else:
-        raise ModelConfigError(f"{path}: no such file or folder")
+        raise ModelConfigError(_not_found(str(path)))
     try:
         raw = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -124,6 +125,22 @@ def load(path: str | Path) -> ModelConfig:
         raise ModelConfigError(f"{config_path}: a config.json holds a JSON object")
     name = (folder or config_path.parent).resolve().name
     return from_dict(raw, name=name, path=str(path), folder=folder)
+
+
+# A Hugging Face model id: org/name, no path of its own (not ./x, /x or x.json).
+MODEL_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _not_found(path: str) -> str:
+    """No such file; a model id gets how to fetch its config (plan reads files, never the network)."""
+    if MODEL_ID.fullmatch(path) and not path.endswith(".json"):
+        folder = path.rsplit("/", 1)[1]
+        return (
+            f"{path}: looks like a model id, and plan reads a local config.json: "
+            f"huggingface-cli download {path} config.json model.safetensors.index.json --local-dir {folder}, "
+            f"then vllm-triage plan {folder}"
+        )
+    return f"{path}: no such file or folder"
 
 
 def text_config(raw: dict[str, Any]) -> dict[str, Any]:

@@ -140,8 +140,8 @@ def _budget_lines(result: BudgetResult) -> list[str]:
         return [head, f"send max_tokens (or max_completion_tokens) <= {result.max_tokens:,}"]
     return [
         head,
-        f"the prompt alone is too long: cut at least {result.cut_tokens:,} tokens to get even one new token, "
-        "more to leave room for the answer",
+        f"the prompt alone is too long: cut at least {result.cut_tokens:,} token{'s' if result.cut_tokens != 1 else ''} "
+        "to get even one new token, more to leave room for the answer",
     ]
 
 
