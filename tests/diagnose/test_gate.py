@@ -77,7 +77,7 @@ def test_window_below_the_minimum_fails_with_its_numbers(gate):
 
 def test_window_at_the_minimum_passes(gate):
     code, findings = gate(SHORT, "--min-max-model-len", "40960")
-    assert code == 0 and set(findings) == {"VT403"}  # the auto-fit warning alone
+    assert code == 0 and set(findings) == {"VT403", "VT211"}  # the warnings scan reports, no failure
 
 
 def test_window_the_kv_cache_could_serve_says_to_set_it(gate):
@@ -97,7 +97,25 @@ def test_concurrency_below_the_minimum_fails_with_what_would_fit(gate):
 
 
 def test_concurrency_at_the_minimum_passes(gate):
-    assert gate(LOW, "--min-concurrency", "1.25") == (0, {})
+    assert gate(LOW, "--min-concurrency", "1.25") == (0, {})  # the assertion replaces the advisory VT211
+
+
+@pytest.mark.parametrize("log", [HEALTHY, SHORT, LOW, NEVER, KV_TOO_SMALL])
+def test_gate_keeps_every_finding_scan_reports_on_the_same_log(gate, log):
+    """Without a threshold the gate is scan plus its assertions: it drops nothing scan says."""
+    scanned = CliRunner().invoke(cli.main, ["scan", log, "--format", "json"], catch_exceptions=False)
+    scan_codes = sorted(f["code"] for f in json.loads(scanned.stdout)["findings"])
+    _, findings = gate(log, "--fail-on", "never")
+    assert sorted(findings) == scan_codes
+
+
+def test_kv_usage_title_does_not_call_a_nearly_empty_cache_full(gate):
+    code, findings = gate(HEALTHY, "--max-kv-usage-at-start", "0.5")  # the first metrics line shows 0.6%
+    assert code == 1
+    usage = findings["VT804"]
+    assert usage["title"] == "More of the KV cache is in use at the first metrics line than the gate allows"
+    assert "full" not in usage["title"]
+    assert usage["cause"] == ["The first metrics line shows 0.6% of the KV cache in use; the gate allows 0.5%."]
 
 
 def test_kv_usage_uses_the_first_metrics_line(gate):
@@ -105,7 +123,8 @@ def test_kv_usage_uses_the_first_metrics_line(gate):
     code, findings = gate(LOW, "--max-kv-usage-at-start", "50")
     assert code == 1
     assert findings["VT804"]["fields"]["kv_usage_at_start_pct"] == 81.3
-    assert gate(LOW, "--max-kv-usage-at-start", "81.3") == (0, {})
+    code, findings = gate(LOW, "--max-kv-usage-at-start", "81.3")
+    assert code == 0 and set(findings) == {"VT211"}  # scan's warning on this log, no failure
     # the healthy log's first line shows 0.6% and a later one 38.2%
     assert gate(HEALTHY, "--max-kv-usage-at-start", "5") == (0, {})
 

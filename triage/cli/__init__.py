@@ -297,8 +297,10 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
     from triage.diagnose.gate import Thresholds, checks_run, evaluate
 
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
-    # The gate asserts capacity with its own thresholds; the advisory capacity checks would repeat them.
-    result = scan_inputs([startup_log], ScanOptions(load_ruleset(rule_paths), standalone_checks=False))
+    # --min-concurrency asserts what the advisory capacity warning says; without it the gate
+    # reports that warning as scan does on the same log.
+    advisory = thresholds.min_concurrency is None
+    result = scan_inputs([startup_log], ScanOptions(load_ruleset(rule_paths), standalone_checks=advisory))
     if not result.inputs:
         fail(result.errors[0])
     for error in result.errors:

@@ -183,7 +183,7 @@ CONCURRENCY = Check(
 KV_USAGE = Check(
     code="VT804",
     name="kv-usage-high-at-start",
-    title="The KV cache is already full at the first metrics line",
+    title="More of the KV cache is in use at the first metrics line than the gate allows",
     stage="runtime",
     option="--max-kv-usage-at-start",
     description=(
@@ -192,8 +192,8 @@ KV_USAGE = Check(
     ),
     cause=[
         _step(
-            "The first metrics line shows {kv_usage_at_start_pct}% of the KV cache in use; the gate allows "
-            "{max_kv_usage_at_start}%.",
+            "The first metrics line shows {kv_usage_at_start_pct:g}% of the KV cache in use; the gate allows "
+            "{max_kv_usage_at_start:g}%.",
             "usage_known == 1",
         ),
         _step(
