@@ -125,6 +125,8 @@ def test_follow_reads_a_growing_file_through_truncation_and_rotation(tmp_path):
     path = tmp_path / "server.log"
     path.write_text(STARTUP)
     triage = Triage("--follow", "--format", "text", str(path), stdin=subprocess.DEVNULL)
+    started = triage.wait_for("vllm-triage: following", stream="err")  # said before any finding
+    assert started == [f"vllm-triage: following {path}; findings print as they are read, Ctrl-C ends with the summary\n"]
     with open(path, "a") as log:
         log.write(overflow(1, 7501) + ACCESS * 3)
     triage.wait_for("7,501 prompt tokens")

@@ -241,6 +241,8 @@ def scan(
         click.echo(hint, err=True)
     if follow and (len(inputs) != 1 or inputs == ["-"]):
         fail("--follow reads one file (a pipe is followed anyway: vllm serve ... | vllm-triage scan)")
+    if follow:  # otherwise nothing shows that it runs until the log says something
+        click.echo(f"vllm-triage: following {inputs[0]}; findings print as they are read, Ctrl-C ends with the summary", err=True)
     report_format = pick_report_format(format_name, output)
     if live is None:
         live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
