@@ -89,6 +89,30 @@ def test_a_marker_naming_an_unknown_rule_is_an_error(tmp_path):
     assert [(f.rule, f.problem) for f in failures] == [("VT999", "marker names an unknown rule")]
 
 
+@pytest.mark.parametrize(
+    ("lines", "counted"),
+    [
+        (("#! expect VT201 max_model_len=65536", KV_LINE), 1),
+        (("#! expect VT201 max_model_len=65536", "#! expect VT999", KV_LINE), 2),  # the unknown one was checked too
+        (("#! expect VT999", "#! ok VT998", KV_LINE), 2),
+        (("#! expects VT201", "#! expect VT201 max_model_len=65536", KV_LINE), 2),
+    ],
+)
+def test_every_marker_read_is_counted_known_or_not(tmp_path, lines, counted):
+    _, markers = check_fixture(RULES, fixture(tmp_path, *lines))
+    assert markers == counted
+
+
+def test_the_summary_line_counts_in_words(tmp_path):
+    from triage.report.rules_format import test_outcome
+
+    fixture(tmp_path, "#! expect VT201 max_model_len=65536", "#! expect VT999", KV_LINE)
+    line = test_outcome(run(RULES, [tmp_path])).splitlines()[-1]
+    assert line.endswith(", 2 markers in 1 fixture)") and line.startswith("rules test: 1 failure (")
+    tmp_path.joinpath("case.log").write_text("#! expect VT201 max_model_len=65536\n" + KV_LINE + "\n")
+    assert test_outcome(run(RULES, [tmp_path])).endswith(", 1 marker in 1 fixture)\n")
+
+
 @pytest.mark.parametrize("marker", ["#! expects VT201", "#! expect", "#! ok VT201 VT202", "#! expect VT201 max_model_len"])
 def test_a_marker_we_cannot_read_is_an_error(tmp_path, marker):
     failures, _ = check_fixture(RULES, fixture(tmp_path, marker, KV_LINE))

@@ -106,9 +106,13 @@ def _section(title: str, items: list[str]) -> list[str]:
 # --- rules test ------------------------------------------------------------------------
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number != 1 else ''}"
+
+
 def test_outcome(outcome: Outcome) -> str:
-    counted = (f"{outcome.rules} rules, {outcome.examples} examples, "
-               f"{outcome.markers} markers in {outcome.fixtures} fixture{'s' if outcome.fixtures != 1 else ''}")
+    counted = (f"{_count(outcome.rules, 'rule')}, {_count(outcome.examples, 'example')}, "
+               f"{_count(outcome.markers, 'marker')} in {_count(outcome.fixtures, 'fixture')}")
     if outcome.passed:
         return f"rules test: all passed ({counted})\n"
     lines = []

@@ -246,13 +246,14 @@ def parse_value(text: str) -> Any:
 
 
 def check_fixture(ruleset: RuleSet, path: Path) -> tuple[list[Failure], int]:
-    """Failures and the number of markers checked in one annotated log."""
+    """Failures and the number of markers in one annotated log (a bad or unknown one counts: it was checked, and failed)."""
     source = str(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         return [Failure("-", f"{source}:0", f"cannot read fixture: {exc}")], 0
     blanked, markers, failures = read_markers(data, source)
+    read = len(markers) + len(failures)  # each failure so far is one marker line that could not be used
     for marker in markers:
         if marker.code is not None and ruleset.by_code(marker.code) is None:
             failures.append(Failure(marker.code, f"{source}:{marker.marker_line}", "marker names an unknown rule"))
@@ -261,7 +262,7 @@ def check_fixture(ruleset: RuleSet, path: Path) -> tuple[list[Failure], int]:
     for line in sorted({m.target_line for m in markers}):
         here = [m for m in markers if m.target_line == line]
         failures.extend(_check_line(f"{source}:{line}", here, events_by_line.get(line, [])))
-    return failures, len(markers)
+    return failures, read
 
 
 def _fired_events(ruleset: RuleSet, source: str, data: bytes) -> dict[int, list[tuple[Event, Facts]]]:
