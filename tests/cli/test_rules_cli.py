@@ -61,7 +61,7 @@ def test_rules_show_finds_a_rule_by_name_and_prints_json():
     assert detail["code"] == "VT303"
     assert detail["require"] == "(waiting > 0 or first(swapped, 0) > 0) and kv_usage_pct >= 95"
     assert [p["id"] for p in detail["patterns"]] == ["v0-stats", "v1-stats"]
-    assert detail["fixes"][0]["text"].startswith("If the waiting requests are short")
+    assert detail["fixes"][0]["text"].startswith("Add KV memory")
     assert "Pending: 13 reqs" in detail["example"]
 
 

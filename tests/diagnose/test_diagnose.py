@@ -103,12 +103,12 @@ def test_hundreds_of_rejections_become_one_finding_with_exact_figures_and_a_reco
     assert derived["recommended_concurrency"] == 14.65  # 163,840 / 11,184
     assert derived["current_concurrency"] == 20.0
     text = " ".join(finding.cause + finding.fixes)
-    assert "300 requests were refused" in text
-    assert "p50 9,700, p90 10,900, p99 11,170, max 11,200" in text
-    assert "--max-model-len 11184 would have served 99% of them" in text
-    assert "1.37 GiB of KV cache per GPU" in text and "14.65 of them at once (now 20.00 at 8,192)" in text
-    assert "no --max-model-len was given, so vLLM derived the window from the model's config.json" in text
-    assert finding.facts["bytes_per_token"] == 131072 and finding.facts["kv_tokens"] == 163840
+    assert "It is the first of 300 requests refused alike in this run, which asked for 9,700 tokens at the median, " \
+        "11,170 at the 99th percentile and 11,200 at most." in text
+    assert "Restart vLLM with --max-model-len 11184 to serve 99% of them" in text
+    assert "this run's KV cache holds 14.65 such sequences at once (20.00 now)" in text
+    assert "that alone would have served 270 of the 300" in text
+    assert finding.facts["kv_tokens"] == 163840  # the sizing fix names the cache it was worked out on
 
 
 def test_identical_findings_collapse_with_count_and_first_and_last_place(matcher):

@@ -111,7 +111,7 @@ def test_a_v1_shortfall_names_the_utilization_that_fits_from_the_gpu_collect_env
     assert shortfall.derived["utilization_to_fit"] == 0.89  # 0.8 + (16 - 12.75) GiB / 40 GiB, rounded up
     assert shortfall.facts["total_gib"] == 40
     assert shortfall.facts["total_gib_from"] == "GPU table: A100 40GB, 40960 MiB"
-    assert any(fix.startswith("Or raise --gpu-memory-utilization to about 0.89 (now 0.80)") for fix in shortfall.fixes)
+    assert any(fix.startswith("Raise --gpu-memory-utilization to about 0.89 (now 0.80)") for fix in shortfall.fixes)
 
 
 def test_a_line_that_prints_the_cards_memory_replaces_the_gpu_tables(matcher):

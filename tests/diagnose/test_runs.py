@@ -29,7 +29,7 @@ def test_a_restart_starts_a_second_run_and_facts_do_not_cross(matcher):
     assert by_code["VT201"].facts == {"gpu_memory_utilization": 0.88}
     window = by_code["VT101"]
     assert window.count == 3
-    assert "Why 40,960: the server was started with --max-model-len 40,960" in " ".join(window.cause)
+    assert "It is the first of 3 requests refused alike in this run" in " ".join(window.cause)
     assert "VT210" not in by_code  # 1.10 sequences at full length: the warning, not the info
     assert "only 1.10 sequences of full length fit" in " ".join(by_code["VT211"].cause)
 
@@ -74,7 +74,7 @@ def test_text_and_json_show_runs_and_the_root():
     text = _scan("--format", "text", str(RUNS / "restart-after-kv-shortfall-v0110.log"))
     assert "== " + str(RUNS / "restart-after-kv-shortfall-v0110.log") + ": run 1 ==" in text
     assert text.index(": run 1 ==") < text.index("VT201") < text.index(": run 2 ==") < text.index("VT101")
-    assert "figures from this run's log: gpu_memory_utilization 0.88" in text
+    assert "figures from this run's log: --gpu-memory-utilization 0.88" in text
     assert "(failed first: the root)" in _scan("--format", "text", log)
     document = json.loads(_scan("--format", "json", log))
     roots = {f["rank"]: (f["root"], f["consequence_of"], f["run"]) for f in document["findings"] if f["code"] == "VT304"}

@@ -37,10 +37,8 @@ from triage.model import Event, Finding
 
 __all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
 
-HOSTED_NOTE = (
-    "This error came from a hosted API that uses the same wording as vLLM, not from a vLLM "
-    "server: server flags do not apply; shorten the prompt or lower max_tokens."
-)
+# The cause's last sentence for a hosted API's error; its server-side fixes are not rendered.
+HOSTED_NOTE = "The error came from a hosted API that words it as vLLM does, not from a vLLM server: only the request can change."
 FAILURE_STAGES = ("startup", "runtime")  # where a rank's error stops the engine
 
 
@@ -157,10 +155,14 @@ class Diagnoser:
         findings = aggregate(
             [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by
         )
+        rules = {e.rule.code: e.rule for e in problems}
         for finding in findings:
             if "requested_p99" in finding.derived:
                 window = finding.fields.get("max_model_len")
                 finding.derived.update(sizing(finding.derived["requested_p99"], {**DEFAULTS, **run.facts}, window))
+                # its words again, now that they can speak of all the run's rejections (`rejected`)
+                names = Names({**DEFAULTS, **run.facts, **finding.fields, **finding.derived, "source": finding.source})
+                finding.cause, finding.fixes = rendered_words(rules[finding.code], names, finding.hosted)
         for rule in self.checks:
             if rule.attach_to is not None:
                 for finding in findings:
@@ -176,10 +178,7 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, 
     rule: Rule = event.rule
     names = Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
     derived = derive(rule, names)
-    cause = render_steps(rule.cause, names, hosted=event.hosted)
-    fixes = render_steps(rule.fixes, names, hosted=event.hosted)
-    if event.hosted:
-        fixes.insert(0, HOSTED_NOTE)
+    cause, fixes = rendered_words(rule, names, event.hosted)
     record = event.record
     return Finding(
         code=rule.code,
@@ -203,6 +202,14 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, 
         text=record.text if keep_text else None,
         run=run,
     )
+
+
+def rendered_words(rule: Rule, names: Mapping[str, Any], hosted: bool) -> tuple[list[str], list[str]]:
+    """A rule's cause and fixes over these names; a hosted API's error says where it came from."""
+    cause = render_steps(rule.cause, names, hosted=hosted)
+    if hosted:
+        cause.append(HOSTED_NOTE)
+    return cause, render_steps(rule.fixes, names, hosted=hosted)
 
 
 @dataclass(slots=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from triage.rules.expr import PLACEHOLDER
-from triage.rules.expr import format_value
 from triage.diagnose.store import Place, places_of, sorted_findings, take
 from triage.model import SEVERITIES, Finding, ScanResult  # ScanResult: imported from here by the formats
 
@@ -82,8 +81,10 @@ def by_run(findings: Sequence[Finding]) -> list[tuple[str | None, Sequence[Findi
 
 
 def facts_used(finding: Finding) -> str:
-    """The figures a finding took from elsewhere in its run, as 'name value, ...'."""
-    return ", ".join(f"{name} {format_value(value)}" for name, value in finding.facts.items())
+    """The figures a finding took from elsewhere in its run, in words."""
+    from triage.report.words import fact_words
+
+    return fact_words(finding.facts)
 
 
 def relative_path(source: str) -> str:

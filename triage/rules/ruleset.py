@@ -34,7 +34,9 @@ MACRO = re.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES)
 # the log names the GPU but not its memory.
 TABLE_FACTS = {"total_gib_from"}
 # Names the diagnosis provides to every template besides the rule's own fields.
-PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note"}
+# "rejected": when a run's rejections of one rule become one finding, its words are rendered
+# again knowing how many requests it stands for (missing while only one was seen).
+PROVIDED_NAMES = {"count", "block_size", "source", "hosted_note", "rejected"}
 # Names the diagnosis provides to `kind: check` rules: the run's request rejections in figures.
 CHECK_NAMES = {
     "rejected", "requested_p50", "requested_p90", "requested_p99", "requested_max",
