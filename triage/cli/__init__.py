@@ -540,3 +540,4 @@ def mcp_command() -> None:
 
 # Command groups kept in their own modules register themselves on `main` when imported.
 from triage.cli import probe as _probe  # noqa: E402,F401
+from triage.cli import export as _export  # noqa: E402,F401
