@@ -72,6 +72,38 @@ class Finding:
     consequence_of: str | None = None  # for root False: "CODE at source:line (rank)" of the root
 
 
+OUTCOMES = ("ready", "failed", "unknown")
+
+
+@dataclass(slots=True)
+class ProcessFailure:
+    """Where one process's failure shows in a run: the first process to fail, or a consequence."""
+
+    process: str | None  # its tag as printed ("Worker_TP1 pid=9031", "[rank2]"); None: the untagged main process
+    line: int  # where its failure output starts
+    error_line: int  # its error: the exception line that ends its traceback, else the failure line itself
+    error: str  # that error in one line
+    time: str | None = None  # the timestamp of its first line, when it has one
+    stage: str = "startup"  # "runtime" when it failed after the server was ready
+    same_error: bool = False  # a consequence that repeats the first failure's error (another rank, a re-raise)
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """One startup run of one input, as its own vLLM lines state it (DESIGN.md, "runs")."""
+
+    source: str
+    number: int  # 1-based, in order of appearance in the input
+    first_line: int  # the first and last line of the run that a rule recognised
+    last_line: int
+    facts: dict[str, Any] = field(default_factory=dict)  # name -> value
+    fact_lines: dict[str, int] = field(default_factory=dict)  # name -> the line that stated it
+    outcome: str = "unknown"  # OUTCOMES
+    outcome_line: int | None = None  # the ready line, or the first failure's error line
+    first_failure: ProcessFailure | None = None
+    consequences: list[ProcessFailure] = field(default_factory=list)  # one per other process, in line order
+
+
 @dataclass(slots=True)
 class ScanResult:
     findings: list[Finding] | FindingStore  # a scan's are a store: read as they are used

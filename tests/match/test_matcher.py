@@ -118,7 +118,10 @@ def test_the_entry_pass_stops_at_few_bytes_of_a_busy_access_log(ruleset, tagged)
     )
     sample = "".join(lines).encode()
     stops = sum(sample.count(byte) for byte in {anchor[at] for anchor, at in entries.items()})
-    assert stops / len(sample) < 0.014
+    # The lifecycle rules' exception and traceback-frame lines (rules/lifecycle.yaml) add 'E'
+    # ("Error: ") and 'l' ('File "'): 2.8% of the bytes of plain lines, 2.2% of tagged ones; measured as 0.86 -> 0.87 s of the stdlib
+    # engine's scan of 64 MiB of access log, as against 0.73 s without any lifecycle rule.
+    assert stops / len(sample) < 0.03
 
 
 @pytest.mark.parametrize("tagged", [None, True, False], ids=["seeded", "tags-on", "tags-off"])

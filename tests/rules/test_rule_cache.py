@@ -13,7 +13,7 @@ import pytest
 
 from triage.rules import cache as rulecache
 from triage.match.matcher import Matcher
-from triage.rules.ruleset import RuleError, load_rules
+from triage.rules.ruleset import RuleError, builtin_rule_files, load_rules
 
 RULE_FILE = """\
 stage: runtime
@@ -81,12 +81,13 @@ def events(ruleset, engine="re"):
 def test_the_second_load_comes_from_the_cache_and_gives_the_same_rules(tmp_path, cache):
     path = user_rules(tmp_path)
     first = load_rules([path])
-    assert len(entries(cache, "rules-")) == 6  # the five built-in files and the user's
+    assert len(entries(cache, "rules-")) == len(builtin_rule_files()) + 1  # the built-in files and the user's
     second = load_rules([path])
     assert summary(second) == summary(first)
     assert type(second.by_code("VT990").patterns[0].compiled).__name__ == "LazyRegex"  # not compiled again
     assert events(second) == events(first)
-    assert events(second)[0] == [("VT990", {"n": 12, "worker": "w7"}, 1)]
+    assert events(second)[0][0] == ("VT990", {"n": 12, "worker": "w7"}, 1)
+    assert events(second)[0][1][0] == "VT932"  # the unrelated error line is an exception line, no finding
 
 
 def test_an_edited_rule_file_is_read_again(tmp_path, cache):
@@ -94,7 +95,7 @@ def test_an_edited_rule_file_is_read_again(tmp_path, cache):
     assert load_rules([path]).by_code("VT990").title == "Before the edit"
     path.write_text(RULE_FILE.format(title="After the edit"))
     assert load_rules([path]).by_code("VT990").title == "After the edit"
-    assert len(entries(cache, "rules-")) == 7  # one more: the old entry is never served for the new bytes
+    assert len(entries(cache, "rules-")) == len(builtin_rule_files()) + 2  # one more: the old entry is never served for the new bytes
 
 
 @pytest.mark.parametrize("module", ["regex", "yaml"])
@@ -119,7 +120,7 @@ def test_a_file_with_an_error_is_never_cached_and_fails_every_time(tmp_path, cac
     for _ in range(2):
         with pytest.raises(RuleError, match=r"bad\.yaml:\d+: VT990: derived doubled"):
             load_rules([path])
-    assert len(entries(cache, "rules-")) == 5  # the built-in files only
+    assert len(entries(cache, "rules-")) == len(builtin_rule_files())  # the built-in files only
 
 
 def test_a_rule_file_error_through_the_cli_is_one_line_and_exit_2_every_time(tmp_path, cache):
@@ -200,7 +201,7 @@ def test_without_the_variable_the_cache_is_in_xdg_cache_home(tmp_path, monkeypat
     monkeypatch.delenv(rulecache.CACHE_VARIABLE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     load_rules()
-    assert len(entries(tmp_path / "xdg" / "vllm-triage", "rules-")) == 5
+    assert len(entries(tmp_path / "xdg" / "vllm-triage", "rules-")) == len(builtin_rule_files())
 
 
 def test_a_folder_that_cannot_be_made_is_skipped_silently(tmp_path, monkeypatch):
@@ -241,7 +242,7 @@ def test_a_document_json_would_change_is_not_cached(tmp_path, cache):
     """))
     first = load_rules([path])
     assert summary(load_rules([path])) == summary(first)
-    assert len(entries(cache, "rules-")) == 5  # a date would come back as a text: not stored
+    assert len(entries(cache, "rules-")) == len(builtin_rule_files())  # a date would come back as a text: not stored
 
 
 WEAK_RULE = """\

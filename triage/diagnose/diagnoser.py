@@ -33,6 +33,7 @@ from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive, der
 from triage.plan.kvcache import GIB, bytes_for_tokens, round_up
 from triage.rules.ruleset import Rule, Step
 from triage.diagnose.store import FindingStore
+from triage.diagnose.lifecycle import Lifecycle, run_summary
 from triage.model import Event, Finding
 
 __all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
@@ -132,24 +133,27 @@ class Diagnoser:
 
     def _end(self, run: Run) -> None:
         """The next run began: this one's findings are final, its events not needed any more."""
-        if run.problems or run.facts:
+        if run.active:
             self._ended.extend(self._run_findings(run))
             self._last_ended = run
             if not self.splitter.keep_runs:
                 run.problems = []  # they are findings now: the run keeps its facts alone
+                run.lifecycle = Lifecycle()  # and its summary
             self._kept.append(run)
         self._folded.clear()  # the groups of the run that ended: the next run has none yet
 
     def result(self) -> Diagnosis:
         findings = list(self._ended) if self._sink is None else self._sink
         runs, last = list(self._kept), self._last_ended
-        if self._run.problems or self._run.facts:
+        if self._run.active:
             findings.extend(self._run_findings(self._run))
             last = self._run
             runs.append(self._run)
         return Diagnosis(findings, last.facts.copy() if last else {}, runs)  # copy(): with the facts' lines
 
     def _run_findings(self, run: Run) -> list[Finding]:
+        run.summary = run_summary(run.source, run.number, (run.first_line, run.last_line), run.facts,
+                                  run.fact_events, run.lifecycle)
         problems = [e for e in run.problems if self._requirement(e.rule).holds(e.fields, run.facts)]
         self._group_by.update((e.rule.code, e.rule.group_by) for e in problems)
         findings = aggregate(

@@ -21,11 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from triage.diagnose.lifecycle import Lifecycle
 from triage.plan import gpus
 from triage.rules.expr import Expression, Missing
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE
 from triage.rules.ruleset import Rule
-from triage.model import Event
+from triage.model import Event, RunSummary
 
 DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
 # Rule names of the startup markers, in the order one startup prints them.
@@ -87,6 +88,23 @@ class Run:
     markers: dict[str, set[str | None]] = field(default_factory=dict)  # marker -> processes that printed it
     last_marker_order: int = -1
     gpu_names: set[str] = field(default_factory=set)  # the cards `vllm collect-env` listed
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # how the run ended (its `role` lines)
+    summary: RunSummary | None = None  # worked out when the run ends: what reports show of it
+    source: str = ""
+    first_line: int = 0  # the first and last line of a recognised event
+    last_line: int = 0
+
+    @property
+    def active(self) -> bool:
+        """The run said anything: facts, problems, or how it ended."""
+        return bool(self.problems or self.facts or self.lifecycle.active)
+
+    def took(self, event: Event) -> None:
+        line = event.record.line
+        if not self.first_line:
+            self.first_line, self.source = line, event.record.source
+        self.last_line = max(self.last_line, event.record.end_line, line)
+        self.lifecycle.add(event)
 
     def add_fact(self, event: Event, inputs: tuple[str, ...] | None = None) -> None:
         """inputs: derived_inputs(event.rule), when the caller keeps it per rule."""
@@ -144,6 +162,9 @@ class RunSplitter:
             run.markers.setdefault(event.rule.name, set()).add(process_name(event.record.process))
             run.last_marker_order = max(run.last_marker_order, marker)
         run = self.current
+        run.took(event)
+        if event.rule.role not in (None, "ready"):
+            return run  # a lifecycle line: how the run ends, no figure of the server
         if event.rule.kind == "fact":
             inputs = self._inputs.get(id(event.rule))
             if inputs is None:
@@ -156,7 +177,7 @@ class RunSplitter:
     def _starts_new_run(self, event: Event, marker: int) -> bool:
         run = self.current
         if run.last_marker_order < 0:
-            return bool(run.problems)
+            return bool(run.problems) or run.lifecycle.active  # the tail of an earlier server
         if marker < run.last_marker_order:
             return True
         return process_name(event.record.process) in run.markers.get(event.rule.name, ())

@@ -132,7 +132,8 @@ def _scan_part(path: str, part: _Part) -> _Found:
         tail_lines = handle.read(part.read_to - part.stop).count(b"\n")
     own_lines = total - part.lead_lines - tail_lines
     last = part.lead_lines + own_lines
-    events = [e for e in events if e[1][1] <= last]
+    if part.read_to > part.stop:  # lines past the part, read for context: the next part's (the last part
+        events = [e for e in events if e[1][1] <= last]  # has none, and its last line may lack a newline)
     return _Found(events, own_lines, matcher.warnings[warned:])
 
 

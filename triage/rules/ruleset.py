@@ -47,13 +47,19 @@ CHECK_NAMES = {
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
-    "versions", "deprecated_by", "require", "attach_to", "group_by",
+    "versions", "deprecated_by", "require", "attach_to", "group_by", "role",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
 STEP_KEYS = {"text", "when", "server"}
 CODE = re.compile(r"VT\d{3}")
 NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# What a `kind: fact` rule with a role says about a run's life (triage.diagnose.lifecycle):
+# ready: the API server serves; failure: a process's failure output starts here; traceback:
+# a traceback's header, frame or multiprocessing's "Process X:" line; exception: the line a
+# traceback ends with; consequence: vLLM's summary of a failure elsewhere (a wrapper error, a
+# died process, a dead engine); shutdown: teardown lines that never fail a run by themselves.
+ROLES = ("ready", "failure", "traceback", "exception", "consequence", "shutdown")
 MATCH_TIMEOUT = 0.5  # seconds per regex search; a backtracking rule cannot hang a scan
 
 
@@ -119,6 +125,7 @@ class Rule:
     # every event of the rule in a run and process into one finding with a count (metrics lines).
     group_by: list[str] | None = None
     counter_facts: list[dict[str, Any]] = field(default_factory=list)
+    role: str | None = None  # kind "fact" only: what the line says about the run's life (ROLES)
 
 
 @dataclass(slots=True)
@@ -137,7 +144,11 @@ class RuleSet:
     def fact_names(self) -> set[str]:
         # A fact rule's derived numbers are facts too (a later line may keep the first value
         # with first(name, field), e.g. the KV usage of the first metrics line).
-        return {name for rule in self.rules if rule.kind == "fact" for name in (*rule.field_types, *rule.derived)} | TABLE_FACTS
+        # Lifecycle lines (a role) tell the run's outcome, not the server's figures; ready is both.
+        return {
+            name for rule in self.rules if rule.kind == "fact" and rule.role in (None, "ready")
+            for name in (*rule.field_types, *rule.derived)
+        } | TABLE_FACTS
 
 
 # --- documents: YAML with line numbers (triage.rules.yamlfile), or a cached copy -------------
@@ -318,6 +329,9 @@ def _parse_rule(
         raise RuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
     if kind == "check":
         return _parse_check(path, raw, where, stage, severity)
+    role = raw.get("role")
+    if role is not None and (kind != "fact" or role not in ROLES):
+        raise RuleError(f"{where}: role is for kind: fact, one of {', '.join(ROLES)}")
     keywords = _string_list(path, raw, "keywords")
     if not keywords:
         raise RuleError(f"{where}: 'keywords' must list at least one literal text")
@@ -350,6 +364,7 @@ def _parse_rule(
         line=line,
         require=_parse_require(where, raw),
         group_by=_parse_group_by(where, raw, field_types),
+        role=role,
     )
 
 

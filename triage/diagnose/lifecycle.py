@@ -1,0 +1,330 @@
+"""How a startup run ended, and which process failed first.
+
+Fed a run's events in line order (the `role` fact rules of rules/lifecycle.yaml say what a
+line means); summary() gives the run's outcome and its first failure. What it relies on,
+from how vLLM prints (the shared lifecycle notes):
+
+- A process's failure output is a *block*: it starts at vLLM's own failure line ("WorkerProc
+  failed to start.", "EngineCore failed to start.", "Exception in worker ..."), at a raw
+  traceback no logger printed (an uncaught exception, torch's `[rankN]:` excepthook), or at
+  multiprocessing's "Process X:" line; it ends with the traceback's exception line. A
+  traceback under a logger's header that no failure line opened is a handled error (a
+  request refused, say) and no failure of the process.
+- Some errors only pass another's on: "WorkerProc initialization failed ...", "Worker failed
+  with error '...'", "Engine core initialization failed ..." (consequence rules). A block
+  that ends in one is a consequence, and so is a process that died or was terminated.
+- The first process to fail is the one whose block (not a consequence) starts first: by
+  timestamp when every such block has a comparable one, else by line. Every EngineCore
+  failure is printed twice (logged, then re-raised into "Process EngineCore_DP0:"): a
+  process is counted once, at its first block. Each other process is a consequence, once.
+- Without such a block, the first consequence is all there is to point at (a killed worker's
+  "died, exit code: -9", an NCCL watchdog time-out, "Failed core proc(s)").
+
+Nothing here reads prose: failure, consequence and ready lines count only with a vLLM or
+uvicorn header or a process tag; an exception line only inside a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from triage.model import Event, ProcessFailure, Record, RunSummary
+
+# Roles of lines printed together by one process on one line number: handled in this order.
+ROLE_ORDER = {"failure": 0, "traceback": 1, "exception": 2, "consequence": 3, "shutdown": 4, "ready": 5}
+MAX_ERROR = 300  # characters of an error kept for the one-line summary
+MAX_PROCESSES = 512  # processes tracked in one run (bounded memory on a hostile log)
+MAX_BLOCKS = 8  # blocks kept per process: the first few are all the summary reads
+CHAIN_GAP = 4
+# Fact rules whose lines carry no vLLM header by nature (`vllm collect-env` output).
+HEADERLESS_FACTS = {"collect-env"}
+# The lines that state a summary figure, the best first.
+WITNESSES = {
+    "served_max_model_len": ("concurrency_tokens", "max_model_len"),
+    "window_source": ("auto_fit_from", "sliding_window_cap", "draft_cap_from", "max_model_len_set", "max_model_len"),
+}  # a raw traceback this close after a block's exception continues it (chained exceptions)
+
+
+@dataclass(slots=True)
+class Block:
+    """One process's failure output."""
+
+    process: str | None
+    line: int
+    time: str | None
+    error_line: int
+    error: str
+    last_line: int
+    awaiting: bool = True  # its traceback is still printing: the next exception line is its error
+    wrapper: bool = False  # it ends in (or is) an error that passes another's on
+    raw: bool = False  # opened by an uncaught traceback or "Process X:", not by a logger
+    message: str = ""  # the error without its class: what "same error" compares
+    carrier: bool = False  # opened by a consequence line: whatever its traceback ends in passes an error on
+    quoted: str | None = None  # a wrapper's copy of the error it passes on ("Worker failed with error '...'")
+
+
+@dataclass(slots=True)
+class Outcome:
+    outcome: str  # "ready", "failed" or "unknown"
+    outcome_line: int | None
+    first_failure: ProcessFailure | None
+    consequences: list[ProcessFailure]
+    blocks: list[tuple[str | None, int, int]]  # (process, first line, last line) of every block, for findings
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    seen: set[str | None] = field(default_factory=set)  # processes that printed any recognised line
+    blocks: dict[str | None, list[Block]] = field(default_factory=dict)  # process -> its blocks in order
+    notes: dict[str | None, Block] = field(default_factory=dict)  # process -> its first consequence line
+    ready: Record | None = None
+    alias: str | None = None  # the process untagged raw lines belong to, from the last "Process X:"
+
+    @property
+    def active(self) -> bool:
+        return bool(self.blocks or self.notes or self.ready)
+
+    def add(self, event: Event) -> None:
+        record, role = event.record, event.rule.role
+        process = tag(record)
+        seen = self._key(process) in self.seen
+        if len(self.seen) < MAX_PROCESSES:
+            self.seen.add(self._key(process))
+        if role is None:
+            return
+        if role == "ready":
+            if self.ready is None and printed_by_vllm(record):
+                self.ready = record
+        elif role == "failure":
+            if printed_by_vllm(record):
+                self._open(process, record, event.fields.get("failure") or event.excerpt)
+        elif role == "traceback":
+            self._traceback(event, process, seen)
+        elif role == "exception":
+            self._exception(event, process)
+        elif printed_by_vllm(record) or self._ends_block(process, record):
+            self._consequence(event, process, role)
+
+    # --- blocks ----------------------------------------------------------------------
+
+    def _key(self, process: str | None) -> str | None:
+        """Untagged raw lines after "Process X:" are X's (0.33 prints the re-raise untagged)."""
+        return self.alias if process is None and self.alias is not None else process
+
+    def _current(self, key: str | None) -> Block | None:
+        blocks = self.blocks.get(key)
+        return blocks[-1] if blocks else None
+
+    def _open(self, key: str | None, record: Record, text: str, raw: bool = False, carrier: bool = False) -> Block:
+        block = Block(key, record.line, record.time, record.line, one_line(text), record.line, raw=raw,
+                      wrapper=carrier, carrier=carrier)
+        block.message = block.error
+        if key not in self.blocks and len(self.blocks) >= MAX_PROCESSES:
+            return block  # not kept: bounded memory
+        blocks = self.blocks.setdefault(key, [])
+        if len(blocks) >= MAX_BLOCKS:
+            blocks.pop()  # the newest stands for the rest: the summary reads the first few
+        blocks.append(block)
+        return block
+
+    def _traceback(self, event: Event, process: str | None, seen: bool) -> None:
+        record, fields = event.record, event.fields
+        raw = record.level is None
+        crashed = fields.get("crashed_process")
+        if crashed:
+            if raw:
+                key = process
+                if process is None:
+                    key = self.alias = self._named(crashed)
+                self._open(key, record, f"Process {crashed} crashed", raw=True)
+            return
+        key = self._key(process)
+        block = self._current(key)
+        going_on = block is not None and (block.awaiting or record.line - block.last_line <= CHAIN_GAP)
+        if fields.get("traceback_header"):
+            if going_on:
+                block.awaiting, block.last_line = True, record.line  # type: ignore[union-attr]
+            elif raw:  # an uncaught exception: the process dies of it
+                if process is None:
+                    self.alias = key = None
+                self._open(key, record, "Traceback (most recent call last):", raw=True)
+            return
+        if going_on:
+            block.last_line = record.line  # type: ignore[union-attr]
+        elif not seen:  # the window starts inside this process's traceback
+            self._open(key, record, "(its traceback starts before this window)", raw=raw)
+
+    def _exception(self, event: Event, process: str | None) -> None:
+        block = self._current(self._key(process))
+        if block is None or not block.awaiting:
+            return
+        fields = event.fields
+        block.error = one_line(f"{fields['exception']}: {fields['error']}")
+        block.message = one_line(fields["error"])
+        block.error_line = block.last_line = event.record.line
+        block.awaiting = False
+        block.wrapper, block.quoted = block.carrier, None  # the last exception of a chain is the block's
+
+    def _ends_block(self, process: str | None, record: Record) -> bool:
+        block = self._current(self._key(process))
+        return block is not None and block.error_line == record.line
+
+    def _consequence(self, event: Event, process: str | None, role: str) -> None:
+        record, fields = event.record, event.fields
+        key = self._key(process)
+        block = self._current(key)
+        if block is not None and block.error_line == record.line:
+            if record.line != block.line:
+                block.wrapper = True  # the traceback ends in an error that passes another's on
+                block.quoted = fields.get("worker_error")
+            return
+        text = fields.get("consequence") or fields.get("teardown") or event.excerpt
+        if role == "consequence" and record.level is not None:
+            # logged, maybe with a traceback below it (logger.exception): that traceback is the
+            # consequence's, not a failure of this process
+            self._open(key, record, event.excerpt, carrier=True).quoted = fields.get("worker_error")
+            return
+        if key not in self.notes and len(self.notes) < MAX_PROCESSES:
+            note = Block(key, record.line, record.time, record.line, one_line(text), record.line, awaiting=False,
+                         wrapper=True, carrier=True)
+            note.message = note.error
+            note.raw = role == "shutdown"  # a teardown line alone never fails a run
+            self.notes[key] = note
+
+    def _named(self, crashed: str) -> str:
+        """The tag of the process multiprocessing calls `crashed`: the re-raise copy of
+        EngineCore's failure is untagged in 0.33 ("Process EngineCore:")."""
+        for process in self.seen:
+            if process is not None and process_name(process) == crashed:
+                return process
+        return crashed
+
+    # --- the summary -----------------------------------------------------------------
+
+    def outcome(self) -> Outcome:
+        every = [block for blocks in self.blocks.values() for block in blocks]
+        roots = [block for block in every if not block.wrapper]
+        if not roots:
+            roots = [block for block in every] + [n for n in self.notes.values() if not n.raw]
+        root = first_to_fail(roots)
+        ready_line = self.ready.line if self.ready is not None else None
+        blocks = [(block.process, block.line, block.last_line) for block in every]
+        if root is None:
+            return Outcome("ready" if ready_line else "unknown", ready_line, None, [], blocks)
+        stage = "runtime" if ready_line is not None and ready_line < root.line else "startup"
+        first = failure_of(root, stage, False)
+        consequences = self._consequences(root, stage)
+        if stage == "runtime":
+            return Outcome("ready", ready_line, first, consequences, blocks)
+        return Outcome("failed", root.error_line, first, consequences, blocks)
+
+    def _consequences(self, root: Block, stage: str) -> list[ProcessFailure]:
+        """Each other process once, at its first block or line."""
+        earliest: dict[str | None, Block] = {}
+        for process, blocks in self.blocks.items():
+            earliest[process] = blocks[0]
+        for process, note in self.notes.items():
+            if process not in earliest or note.line < earliest[process].line:
+                earliest[process] = note
+        earliest.pop(root.process, None)
+        ordered = sorted(earliest.values(), key=lambda block: block.line)
+        return [failure_of(block, stage, same_error(block, root)) for block in ordered]
+
+
+def summarize(events: Iterable[Event]) -> Outcome:
+    """The outcome of a run from its events (in line order): the pure form of Lifecycle."""
+    lifecycle = Lifecycle()
+    for event in sorted(events, key=lambda e: (e.record.line, ROLE_ORDER.get(e.rule.role or "", 9))):
+        lifecycle.add(event)
+    return lifecycle.outcome()
+
+
+def first_to_fail(blocks: list[Block]) -> Block | None:
+    """By timestamp when every block has one of the same form, else by line."""
+    if not blocks:
+        return None
+    timed = all(block.time for block in blocks) and len({len(block.time or "") for block in blocks}) == 1
+    return min(blocks, key=(lambda b: (b.time, b.line)) if timed else (lambda b: b.line))
+
+
+def failure_of(block: Block, stage: str, same: bool) -> ProcessFailure:
+    return ProcessFailure(block.process, block.line, block.error_line, block.error, block.time, stage, same)
+
+
+def same_error(block: Block, root: Block) -> bool:
+    """The block repeats the root's error: the same message, or a wrapper that quotes it."""
+    message = root.message
+    return bool(message) and message in (block.message, block.quoted)
+
+
+def tag(record: Record) -> str | None:
+    """The process as its lines show it: the tag, torch's "[rankN]", or None (untagged)."""
+    if record.process:
+        return record.process
+    if record.rank and record.rank.startswith("rank="):
+        return f"[rank{record.rank[5:]}]"
+    return None
+
+
+def printed_by_vllm(record: Record) -> bool:
+    """A vLLM or uvicorn header, or a process tag: not a sentence someone wrote about it."""
+    return record.level is not None or record.process is not None or record.rank is not None
+
+
+def process_name(process: str) -> str:
+    """'EngineCore_DP0 pid=3117' -> 'EngineCore_DP0'."""
+    return process.split(" pid=", 1)[0].strip()
+
+
+def one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
+
+
+def summary_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures a run summary adds to the facts: the window served and where it came from."""
+    served = facts.get("concurrency_tokens") or facts.get("max_model_len")
+    if not served:
+        return {}
+    derived: dict[str, Any] = {"served_max_model_len": served}
+    if facts.get("auto_fit_from"):
+        derived["window_source"] = f"auto-fit from {facts['auto_fit_from']:,}"
+    elif facts.get("sliding_window_cap"):
+        derived["window_source"] = "the sliding window"
+    elif facts.get("draft_cap_from"):
+        derived["window_source"] = "the draft model"
+    elif facts.get("max_model_len_set"):
+        derived["window_source"] = "--max-model-len"
+    elif facts.get("max_model_len_set") is False:
+        derived["window_source"] = "config.json"
+    return derived
+
+
+def run_summary(
+    source: str, number: int, lines: tuple[int, int], facts: Mapping[str, Any], fact_events: Mapping[str, Event],
+    lifecycle: Lifecycle,
+) -> RunSummary:
+    """The summary of one run: its own vLLM lines' facts (each with its line), the served
+    window and its source, the outcome and the first failure. A figure that only a line
+    without vLLM's header stated (a sentence, a shell command) stays out; `vllm collect-env`
+    prints none, so its lines count."""
+    kept: dict[str, Any] = {}
+    fact_lines: dict[str, int] = {}
+    for name, value in facts.items():
+        event = fact_events.get(name)
+        line = getattr(facts, "lines", {}).get(name, (source, event.record.line if event else 0))[1]
+        if event is not None and not (printed_by_vllm(event.record) or event.rule.name in HEADERLESS_FACTS):
+            continue
+        kept[name] = value
+        fact_lines[name] = line
+    for name, value in summary_facts(kept).items():
+        kept[name] = value
+        fact_lines[name] = next((fact_lines[w] for w in WITNESSES[name] if w in fact_lines), 0)
+    ended = lifecycle.outcome()
+    return RunSummary(
+        source=source, number=number, first_line=lines[0], last_line=lines[1], facts=kept, fact_lines=fact_lines,
+        outcome=ended.outcome, outcome_line=ended.outcome_line, first_failure=ended.first_failure,
+        consequences=ended.consequences,
+    )
