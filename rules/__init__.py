@@ -1,1 +1,2 @@
-# The built-in rule files live beside this file and ship as package data (triage.rules.builtin).
+# The built-in rule files live here, the one copy; triage/rules/builtin links to this folder so
+# the package finds them the same way in a checkout and installed (shipped as package data).
