@@ -88,7 +88,7 @@ def test_the_pictures_carry_the_diagnosis_numbers(results):
     assert "suggested --max-model-len 17,008" in text and "16,594-16,652" in text
     text = drawn(results["startup-shortfall-full-budget"], 100, False)
     for words in ("weights 14.99 GiB", "other 1.27 GiB", "KV cache 5.02 GiB = 41,120 tokens", "short by 10.98 GiB",
-                  "gpu_memory_utilization 0.9 = 21.28 GiB", "card 23.64 GiB", "131,072-token sequence 16.00 GiB"):
+                  "gpu_memory_utilization 0.90 = 21.28 GiB", "card 23.64 GiB", "131,072-token sequence 16.00 GiB"):
         assert words in text
     text = drawn(results["healthy-run"], 100, False)
     assert "KV cache 11.38 GiB = 213,072 tokens" in text and "at once: 6.50" in text

@@ -34,7 +34,7 @@ PARTS: dict[str, tuple[str, str, str]] = {
     "short": ("!", "bold red", "#d62f2f"),
     "reserved": (".", "bright_black", "#b8b8b8"),
     "sequence": ("=", "green", "#4c9a4c"),
-    "sequence2": ("#", "dark_green", "#2e6b2e"),
+    "sequence2": ("#", "bright_green", "#2e6b2e"),
     "count": ("#", "blue", "#3b6fd8"),
     "suggested": ("*", "bold green", "#1f7a1f"),
 }
@@ -248,7 +248,7 @@ def memory(values: Mapping[str, Any], healthy: bool) -> Picture | None:
     marks = []
     if budget is not None:
         utilization = values.get("gpu_memory_utilization")
-        share = f"gpu_memory_utilization {utilization:g} = " if isinstance(utilization, (int, float)) else "share "
+        share = f"gpu_memory_utilization {n(utilization)} = " if isinstance(utilization, (int, float)) else "share "
         marks.append(Mark(budget[0], share + gib(values["budget_gib"])))
     notes = []
     if not healthy:
@@ -315,7 +315,7 @@ def plan_scenarios(plan: Any) -> Picture | None:
         legend_parts.update(segment.part for row in rows[-2:] for segment in row.segments if segment.end > segment.start)
     words = {
         "weights": "weights per GPU", "other": f"allowance for activations and other {gib(overhead)}",
-        "kv": "KV cache per GPU", "reserved": f"outside gpu_memory_utilization {plan.gpu_memory_utilization:g}",
+        "kv": "KV cache per GPU", "reserved": f"outside gpu_memory_utilization {n(plan.gpu_memory_utilization)}",
         "need": f"KV for one {n(plan.scenarios[0].max_model_len)}-token sequence", "short": "what it lacks",
     }
     legend = [(part, words[part]) for part in words if part in legend_parts]
@@ -405,19 +405,24 @@ def plain_lines(picture: Picture, width: int) -> list[str]:
     return [line.rstrip()[:width] for line in lines]
 
 
+def legend_lines(items: Sequence[str], width: int, indent: int = 2) -> list[list[int]]:
+    """Which legend keys share a line: as many side by side as fit (3 spaces apart)."""
+    lines: list[list[int]] = []
+    used = width
+    for index, item in enumerate(items):
+        if lines and used + 3 + len(item) <= width:
+            lines[-1].append(index)
+            used += 3 + len(item)
+        else:
+            lines.append([index])
+            used = indent + len(item)
+    return lines
+
+
 def wrap_items(items: Sequence[str], width: int, indent: str) -> list[str]:
-    """Legend keys side by side, as many as fit a line."""
-    lines: list[str] = []
-    current = ""
-    for item in items:
-        candidate = f"{current}   {item}" if current else f"{indent}{item}"
-        if current and len(candidate) > width:
-            lines.append(current)
-            candidate = f"{indent}{item}"
-        current = candidate
-    if current:
-        lines.append(current)
-    return [line for item_line in lines for line in wrap_words(item_line.strip(), width, indent)]
+    """Legend keys side by side, as many as fit a line (a key longer than the line wraps)."""
+    joined = ["   ".join(items[index] for index in line) for line in legend_lines(items, width, len(indent))]
+    return [wrapped for line in joined for wrapped in wrap_words(line, width, indent)]
 
 
 def wrap_words(text: str, width: int, indent: str) -> list[str]:
@@ -450,16 +455,15 @@ def rich_text(picture: Picture, width: int) -> Any:
         if row.tags:
             text.append(f" {row.tags}", style="bold")
         text.append("\n")
-    keys = [(f"{PARTS[part][0]} ", PARTS[part][1], words) for part, words in picture.legend]
-    for index, (_, style, words) in enumerate(keys):
-        text.append("  " if index == 0 else "   ")
-        text.append("█ ", style=style)
-        text.append(words)
-    for mark in picture.marks:
-        text.append("   ")
-        text.append("│ ", style="bold")
-        text.append(mark.label)
-    text.append("\n")
+    keys = [("█", PARTS[part][1], words) for part, words in picture.legend]
+    keys += [("│", "bold", mark.label) for mark in picture.marks]
+    for line in legend_lines([f"{swatch} {words}" for swatch, _, words in keys], width):
+        for index, item in enumerate(line):
+            swatch, style, _ = keys[item]
+            text.append("  " if index == 0 else "   ")
+            text.append(swatch + " ", style=style)
+            text.append(keys[item][2])
+        text.append("\n")
     for note in picture.notes:
         text.append(f"  {note}\n", style="dim")
     text.rstrip()
