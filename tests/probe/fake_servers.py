@@ -82,7 +82,8 @@ def handler_for(server: FakeServer):
         def do_GET(self) -> None:
             if server.kind == "hang":
                 server.stop.wait(HANG_SECONDS)  # longer than the probe's timeout; ends at teardown
-                return self.answer(200, b"", "text/plain")
+                self.close_connection = True  # the client has given up: nothing to answer
+                return None
             if server.kind == "error":
                 return self.answer(500, b"Internal Server Error", "text/plain")
             if server.kind == "other":

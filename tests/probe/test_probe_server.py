@@ -39,8 +39,11 @@ def expected_model(served: Served, window: int | None, kv_tokens: int | None) ->
     """By hand from the raw requests: each percentile's bucket bound, the stand-in, the advice."""
     bounds = served.custom_buckets or buckets_1_2_5(served.max_model_len)
     found = {short: {p: upper_bound(values_of(served, short), p, bounds, window) for p in PERCENTS} for short in SHORTS}
-    expected = {"percentiles": found, "stand_in": None}
-    if found["prompt"][99] is not None and found["max_tokens"][99] is not None:
+    expected = {"percentiles": found, "stand_in": None, "stand_in_above": None}
+    if found["prompt"][99] is None or found["max_tokens"][99] is None:
+        top = bounds[-1]  # a p99 in +Inf with no window known: the stand-in is only known to exceed this
+        expected["stand_in_above"] = int(sum(top if b is None else b for b in (found["prompt"][99], found["max_tokens"][99])))
+    else:
         stand_in = int(found["prompt"][99] + found["max_tokens"][99])
         stand_in = min(stand_in, window) if window else stand_in
         recommended = math.ceil(stand_in / served.block_size) * served.block_size
@@ -55,6 +58,7 @@ def check_model(report: dict, expected: dict) -> None:
         for percent, bound in found.items():
             assert report["percentiles"][short][f"p{percent}"]["bound"] == bound, (short, percent)
     assert report["stand_in"] == expected["stand_in"]
+    assert report["stand_in_above"] == expected["stand_in_above"]
     if expected["stand_in"] is not None:
         assert report["recommended_max_model_len"] == expected["recommended"]
         assert report.get("recommended_concurrency") == expected.get("concurrency")
@@ -157,6 +161,12 @@ def test_bad_endpoints_get_one_line_and_exit_2(servers):
         assert time.monotonic() - started < 2.5, name
     closed = probe("--timeout", "0.5", "http://127.0.0.1:9")
     assert closed.exit_code == 2 and "cannot connect" in closed.stderr
+
+
+def test_one_target_or_prometheus(servers):
+    for args in ([], [servers["c"].url, "--prometheus", servers["c"].url]):
+        result = probe(*args)
+        assert result.exit_code == 2 and "give a server" in result.stderr
 
 
 def test_texts_that_are_not_vllm_metrics(tmp_path):
