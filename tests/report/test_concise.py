@@ -62,15 +62,46 @@ def check_line(text: str, finding: Finding) -> None:
     assert emacs and emacs["level"] == finding.severity
 
 
+def check_run_line(text: str, run) -> None:
+    """A run line is an info problem at the run's first line: the matcher and the quickfix read it too."""
+    match = REGEXP.match(text)
+    assert match, text
+    assert group(match, "file") == relative_path(run.source) and int(group(match, "line")) == max(run.first_line, 1)
+    assert (group(match, "severity"), group(match, "code")) == ("info", "run")
+    assert group(match, "message").startswith(f"{run.number} {run.outcome}")
+    if run.first_failure is not None:
+        assert f"first failure at line {run.first_failure.error_line}" in text
+    served = run.facts.get("served_max_model_len")
+    assert served is None or f"served_max_model_len={served}" in text
+    vim = VIM_FILE_LINE.match(text)
+    assert vim and int(vim["line"]) == max(run.first_line, 1) and not VIM_WITH_COLUMN.match(text)
+    assert EMACS_GNU.match(text)["level"] == "info"
+
+
 def check_report(result: ScanResult) -> list[str]:
+    """Every finding's line, then every run's, then the one summary no matcher reads."""
     lines = render(result, "concise").splitlines()
     findings = ordered(result.findings)
-    *finding_lines, summary = lines
-    assert len(finding_lines) == len(findings)
-    for text, finding in zip(finding_lines, findings, strict=True):
+    runs = [run.summary for name in result.inputs for run in result.runs.get(name, ()) if run.summary is not None]
+    *problem_lines, summary = lines
+    assert len(problem_lines) == len(findings) + len(runs)
+    for text, finding in zip(problem_lines[: len(findings)], findings, strict=True):
         check_line(text, finding)
+    for text, run in zip(problem_lines[len(findings):], runs, strict=True):
+        check_run_line(text, run)
     assert summary.startswith("vllm-triage: ") and not REGEXP.match(summary) and not EMACS_GNU.match(summary)
-    return finding_lines
+    return problem_lines[: len(findings)]
+
+
+def test_one_line_per_run_after_the_findings(matcher, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    result = scan(["fixtures/runs/restart-after-kv-shortfall-v0110.log"], ScanOptions(matcher=matcher))
+    check_report(result)
+    *_, first, second, _summary = render(result, "concise").splitlines()
+    assert first.startswith("fixtures/runs/restart-after-kv-shortfall-v0110.log:1: info: run 1 failed, first failure at line 15 in")
+    assert "(served_max_model_len=65536, kv_gib_available=4.12, gpu_memory_utilization=0.88, tensor_parallel_size=2)" in first
+    assert second.startswith("fixtures/runs/restart-after-kv-shortfall-v0110.log:17: info: run 2 ready, vLLM 0.11.0")
+    assert "served_max_model_len=40960, kv_tokens=45008" in second and "concurrency=1.1" in second
 
 
 def test_readme_matcher_names_every_part_of_a_line():

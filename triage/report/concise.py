@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from triage.model import Finding
+from triage.model import Finding, RunSummary
 from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
 
 
@@ -27,6 +27,10 @@ def render(result: ScanResult) -> str:
 def pieces(result: ScanResult) -> Iterator[str]:
     for finding in ordered(result.findings):
         yield line(finding) + "\n"
+    for name in result.inputs:
+        for run in result.runs.get(name, ()):
+            if run.summary is not None:
+                yield run_line(run.summary) + "\n"
     yield f"{TOOL_NAME}: {summary_line(result)}\n"
 
 
@@ -36,6 +40,35 @@ def line(finding: Finding) -> str:
     if finding.count > 1:
         numbers.append(f"x{finding.count}")
     return f"{text} ({', '.join(numbers)})" if numbers else text
+
+
+def run_line(run: RunSummary) -> str:
+    """path:first_line: info: run N OUTCOME[, where it failed first], vLLM version, model, where the
+    window came from (figures): what the deployment landed on, at the line the run starts."""
+    facts, failure = run.facts, run.first_failure
+    words = [f"run {run.number} {run.outcome}"]
+    if failure is not None:
+        words.append(f"first failure at line {failure.error_line} in {failure.process or 'the main process'}")
+    if facts.get("version"):
+        words.append(f"vLLM {facts['version']}")
+    if facts.get("model"):
+        words.append(str(facts["model"]))
+    if facts.get("window_source"):
+        words.append(f"window: {facts['window_source']}")
+    figures = [
+        f"{name}={plain_number(facts[name])}" for name in RUN_FIGURES
+        if is_number(facts.get(name)) and not (name in PARALLEL_SIZES and facts[name] == 1)
+    ]
+    text = f"{relative_path(run.source)}:{max(run.first_line, 1)}: info: {one_line(', '.join(words))}"
+    return f"{text} ({', '.join(figures)})" if figures else text
+
+
+# The figures of a run line, in this order, those its own lines stated; parallel sizes above 1 only.
+PARALLEL_SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+RUN_FIGURES = (
+    "served_max_model_len", "kv_tokens", "kv_gib_available", "concurrency", "max_num_seqs", "gpu_memory_utilization",
+    *PARALLEL_SIZES,
+)
 
 
 def key_numbers(finding: Finding) -> list[str]:
