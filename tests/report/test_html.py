@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from triage import cli
 from triage.pipeline import ScanOptions, make_matcher, scan
 from triage.report import render
-from triage.report.pictures import finding_pictures, run_summaries
+from triage.report.pictures import finding_pictures, summary_pictures
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = sorted((ROOT / "fixtures").glob("*.log")) + sorted((ROOT / "fixtures").glob("*.log.gz"))
+FIXTURES = [*sorted((ROOT / "fixtures").glob("*.log")), *sorted((ROOT / "fixtures").glob("*.log.gz")),
+            *sorted((ROOT / "fixtures" / "runs").glob("*.log"))]
 FETCHES = re.compile(r"<script|<link|<img|<iframe|<object|<embed|\bsrc\s*=|url\(|@import|https?://", re.IGNORECASE)
 
 
@@ -64,11 +65,14 @@ def test_every_fixture_report_is_self_contained_and_holds_every_finding(matcher,
     parser.feed(document)
     assert parser.problems == [] and parser.open == []
     findings = list(result.findings)
-    assert parser.counts.get("article", 0) == len(findings) + len(
-        [source for source, facts in result.facts.items() if facts])
-    expected_figures = sum(len(finding_pictures(f)) for f in findings) + sum(
-        len(pictures) for _, pictures in run_summaries(result))
+    summaries = [run.summary for runs in result.runs.values() for run in runs if run.summary is not None]
+    assert parser.counts.get("article", 0) == len(findings) + len(summaries)
+    expected_figures = sum(len(finding_pictures(f)) for f in findings) + sum(len(summary_pictures(s)) for s in summaries)
     assert parser.counts.get("figure", 0) == expected_figures
+    for summary in summaries:
+        assert f'data-run="{summary.number}"' in document
+        if summary.first_failure:
+            assert html.escape(summary.first_failure.error) in document
     for finding in findings:
         assert f'data-code="{finding.code}"' in document
         for sentence in [finding.title, *finding.cause, *finding.fixes]:

@@ -16,7 +16,7 @@ from devtools import Browser, find_browser
 
 from triage.pipeline import scan
 from triage.report import render
-from triage.report.pictures import finding_pictures, run_summaries
+from triage.report.pictures import finding_pictures, summary_pictures
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = [  # every kind of picture: overflow and histogram, full and partial memory, a healthy run
@@ -26,6 +26,7 @@ FIXTURES = [  # every kind of picture: overflow and histogram, full and partial 
     "fixtures/request-prompt-only-v033-issue-markdown.log",
     "fixtures/startup-auto-fit-reduced-v0141-tty-colour.log",
     "fixtures/gate/healthy.log",
+    "fixtures/runs/restart-after-kv-shortfall-v0110.log",  # a failed run, then one that started
 ]
 WIDTHS = (390, 1280)
 
@@ -41,7 +42,8 @@ CHECK = """(() => {
   for (const a of document.querySelectorAll('article.finding'))
     out.findings.push({code: a.dataset.code, cause: !!a.querySelector('.cause'), fixes: a.querySelectorAll('ol.fixes li').length,
                        figures: figures(a)});
-  for (const a of document.querySelectorAll('article.run')) out.runs.push({source: a.dataset.source, figures: figures(a)});
+  for (const a of document.querySelectorAll('article.run'))
+    out.runs.push({source: a.dataset.source, run: Number(a.dataset.run), figures: figures(a)});
   for (const el of document.querySelectorAll('main *')) {
     const box = el.getBoundingClientRect();
     if (!box.width && !box.height) continue;
@@ -72,7 +74,8 @@ def report(tmp_path_factory):
     path = tmp_path_factory.mktemp("html") / "report.html"
     path.write_text(render(result, "html"), encoding="utf-8")
     expected_findings = Counter((f.code, tuple(p.kind for p in finding_pictures(f))) for f in result.findings)
-    expected_runs = {source: [p.kind for p in pictures] for source, pictures in run_summaries(result)}
+    summaries = [run.summary for runs in result.runs.values() for run in runs if run.summary is not None]
+    expected_runs = {(s.source, s.number): [p.kind for p in summary_pictures(s)] for s in summaries}
     return path, expected_findings, expected_runs
 
 
@@ -89,8 +92,10 @@ def test_the_report_shows_every_finding_and_picture_and_nothing_overflows(browse
     shown = Counter((f["code"], tuple(p["kind"] for p in f["figures"])) for f in page["findings"])
     assert shown == expected_findings
     assert all(f["cause"] and f["fixes"] for f in page["findings"] if f["code"] in ("VT101", "VT201"))
-    runs = {run["source"]: [p["kind"] for p in run["figures"]] for run in page["runs"] if run["figures"]}
-    assert runs == expected_runs and "fixtures/gate/healthy.log" in runs
+    runs = {(run["source"], run["run"]): [p["kind"] for p in run["figures"]] for run in page["runs"]}
+    assert runs == expected_runs
+    assert runs[("fixtures/gate/healthy.log", 1)] == ["memory", "sequences"]
+    assert runs[("fixtures/runs/restart-after-kv-shortfall-v0110.log", 1)] == []  # failed: its finding draws it
     figures = [p for f in page["findings"] for p in f["figures"]] + [p for r in page["runs"] for p in r["figures"]]
     assert {p["kind"] for p in figures} == {"overflow", "histogram", "memory", "sequences"}
     for picture in figures:

@@ -18,7 +18,7 @@ from typing import Any
 from triage import __version__
 from triage.model import Finding
 from triage.report import TOOL_NAME, ScanResult, by_run, facts_used, summary_line, where
-from triage.report.pictures import PARTS, Picture, Row, finding_pictures, run_summaries
+from triage.report.pictures import PARTS, Picture, Row, finding_pictures, summary_pictures
 from triage.rules.expr import format_value
 
 SVG_WIDTH = 1000  # viewBox units of a bar; the bar is drawn to whatever width the page gives it
@@ -26,6 +26,7 @@ SVG_HEIGHT = 20
 MIN_SEGMENT = 12  # viewBox units: a segment that is not empty never vanishes (a 1-token overflow)
 HEADROOM = 2 * MIN_SEGMENT  # the scale's end stops short of the edge: room for such a tail after it
 
+OUTCOME_WORDS = {"ready": "reached ready", "failed": "failed", "unknown": "the log ends before ready or a failure"}
 # What a run summary lists, in this order, when the log said it.
 RUN_FACTS = (
     ("version", "vLLM version"), ("model", "model"), ("max_model_len", "served window (max_model_len)"),
@@ -56,7 +57,8 @@ article { border: 1px solid var(--line); border-left: 6px solid var(--line); bor
 article.error { border-left-color: var(--error); }
 article.warning { border-left-color: var(--warning); }
 article.info { border-left-color: var(--info); }
-article.run { border-left-color: #4c9a4c; }
+article.run.ready { border-left-color: #4c9a4c; }
+article.run.failed { border-left-color: var(--error); }
 .badge { display: inline-block; font-size: .78rem; font-weight: 600; padding: 0 .4rem; border-radius: 4px;
   color: #fff; vertical-align: middle; }
 .badge.error { background: var(--error); } .badge.warning { background: var(--warning); }
@@ -125,19 +127,34 @@ def render(result: ScanResult) -> str:
 
 
 def _runs(result: ScanResult) -> Iterable[str]:
-    pictures = dict(run_summaries(result))
-    listed = [(source, facts) for source, facts in result.facts.items() if facts]
-    if not listed:
+    summaries = [run.summary for runs in result.runs.values() for run in runs if run.summary is not None]
+    if not summaries:
         return
     yield '<section id="runs"><h2>Runs</h2>'
-    for source, facts in listed:
-        yield f'<article class="run" data-source="{escape(source)}">'
-        yield f"<h3>{escape(source)}</h3>"
-        yield from _facts(facts)
-        for picture in pictures.get(source, ()):
+    for summary in summaries:
+        yield f'<article class="run {escape(summary.outcome)}" data-source="{escape(summary.source)}" data-run="{summary.number}">'
+        yield f"<h3>{escape(summary.source)}: run {summary.number}, {escape(OUTCOME_WORDS.get(summary.outcome, summary.outcome))}</h3>"
+        yield f'<p class="where">lines {summary.first_line}-{summary.last_line}</p>'
+        yield from _failures(summary)
+        yield from _facts(summary.facts)
+        for picture in summary_pictures(summary):
             yield figure(picture)
         yield "</article>"
     yield "</section>"
+
+
+def _failures(summary: Any) -> Iterable[str]:
+    first = summary.first_failure
+    if first is None:
+        return
+    yield f'<p class="cause"><strong>Failed first: {escape(first.process or "the main process")} at line {first.error_line}</strong></p>'
+    yield f'<div class="said">{escape(first.error)}</div>'
+    for failure in summary.consequences:
+        head = f"Then: {failure.process or 'the main process'} at line {failure.error_line}"
+        if failure.same_error or failure.error == first.error:  # another rank saying the same: said once
+            yield f'<p class="muted">{escape(head)}, the same error</p>'
+        else:
+            yield f'<p class="muted"><strong>{escape(head)}</strong></p><div class="said">{escape(failure.error)}</div>'
 
 
 def _facts(facts: Mapping[str, Any]) -> Iterable[str]:

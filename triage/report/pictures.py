@@ -483,12 +483,22 @@ def terminal_width() -> int:
     return min(max(shutil.get_terminal_size((80, 24)).columns, MIN_WIDTH), MAX_WIDTH)
 
 
+def summary_pictures(summary: Any) -> list[Picture]:
+    """A run's pictures from its summary; none for a run that failed (its finding draws it)."""
+    return run_pictures(summary.facts) if summary.outcome != "failed" else []
+
+
 def run_summaries(result: Any) -> list[tuple[str, list[Picture]]]:
-    """The inputs whose run started, with the pictures of its memory and KV cache (the
-    last run of each input: the facts a scan keeps)."""
-    failed = {f.source for f in result.findings if f.stage == "startup" and f.severity == "error"}
-    drawn = [(source, run_pictures(facts)) for source, facts in result.facts.items() if source not in failed]
-    return [(source, pictures) for source, pictures in drawn if pictures]
+    """Each run that did not fail, with the pictures of its memory and KV cache, headed by
+    its input (and its number when the input holds several runs)."""
+    drawn = []
+    for source, runs in result.runs.items():
+        summaries = [run.summary for run in runs if run.summary is not None]
+        for summary in summaries:
+            pictures = summary_pictures(summary)
+            if pictures:
+                drawn.append((source if len(summaries) == 1 else f"{source}: run {summary.number}", pictures))
+    return drawn
 
 
 def plain_block(pictures: Sequence[Picture], width: int, indent: str = "") -> list[str]:
