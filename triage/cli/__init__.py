@@ -501,7 +501,7 @@ def explain(topic: str | None, format_name: str) -> None:
     from triage.plan.explain import find_topic
     from triage.report.rules_format import explain_all, explain_topic
 
-    titles = rule_titles()
+    titles = rule_titles(load_ruleset(()))
     format_name = pick_format(format_name)
     if topic is None:
         click.echo(explain_all(titles, format_name), nl=False)
@@ -518,9 +518,9 @@ def no_topic_message(topic: str) -> str:
     return f"no topic {topic!r}; choose one of: {', '.join(topic_names())}"
 
 
-def rule_titles() -> dict[str, str]:
-    """Each built-in rule's title by code: what explain cites."""
-    return {rule.code: rule.title for rule in load_ruleset(()).rules}
+def rule_titles(ruleset: RuleSet) -> dict[str, str]:
+    """Each rule's title by code: what explain cites."""
+    return {rule.code: rule.title for rule in ruleset.rules}
 
 
 MCP_MISSING = "vllm-triage mcp needs the MCP SDK, an optional extra: pip install 'vllm-triage[mcp]'"

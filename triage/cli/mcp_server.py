@@ -15,6 +15,7 @@ print; the server goes on serving.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -27,12 +28,12 @@ from pydantic import ValidationError
 
 from triage import __version__
 from triage.cli import (
-    find_rule, load_ruleset, make_budget, make_plan, no_rule_message, no_topic_message, plan_errors, rule_titles,
+    find_rule, make_budget, make_plan, no_rule_message, no_topic_message, plan_errors, rule_titles,
 )
 from triage.input.reader import size_text
 from triage.pipeline import ScanOptions, Text, scan
 from triage.report import render
-from triage.rules.ruleset import RuleError
+from triage.rules.ruleset import RuleError, RuleSet, load_rules
 
 MIB = 1 << 20
 MAX_TEXT_BYTES = 4 * MIB  # pasted log text (UTF-8)
@@ -70,6 +71,20 @@ server = TriageServer("vllm-triage", version=__version__, instructions=INSTRUCTI
 _scan_lock = threading.Lock()  # tools run in worker threads: one scan at a time
 
 
+@functools.cache
+def _loaded_rules() -> RuleSet:
+    return load_rules(())
+
+
+def builtin_rules() -> RuleSet:
+    """The built-in rules, loaded at the first call that needs them. Not the CLI's
+    load_ruleset: its error exits the process, and a server answers with a tool error."""
+    try:
+        return _loaded_rules()
+    except RuleError as exc:
+        raise ToolError(str(exc)) from None
+
+
 def regular_file(path: str, limit: int | None = None) -> str:
     """path, when it names a readable regular file (of at most limit bytes), else a ToolError."""
     if not isinstance(path, str) or not path.strip():
@@ -91,12 +106,8 @@ def regular_file(path: str, limit: int | None = None) -> str:
 
 def scan_report(inputs: list[str | Text], redact: bool) -> dict[str, Any]:
     """The JSON report of a scan, as `vllm-triage scan --format json [--redact]` prints it."""
-    try:
-        ruleset = load_ruleset(())
-    except RuleError as exc:
-        raise ToolError(str(exc)) from None
     with _scan_lock:
-        result = scan(inputs, ScanOptions(ruleset, max_bytes=MAX_LOG_BYTES))
+        result = scan(inputs, ScanOptions(builtin_rules(), max_bytes=MAX_LOG_BYTES))
     if not result.inputs:  # nothing could be read: the CLI's exit 2
         raise ToolError(_redacted_text(result.errors[0]) if redact else result.errors[0])
     if redact:
@@ -198,11 +209,11 @@ def explain_knob(topic: str | None = None) -> dict[str, Any]:
     from triage.report.rules_format import explain_all, explain_topic
 
     if topic is None or not topic.strip():
-        return _json(explain_all(rule_titles(), "json"))
+        return _json(explain_all(rule_titles(builtin_rules()), "json"))
     knob = find_topic(topic)
     if knob is None:
         raise ToolError(no_topic_message(topic))
-    return _json(explain_topic(knob, rule_titles(), "json"))
+    return _json(explain_topic(knob, rule_titles(builtin_rules()), "json"))
 
 
 @server.tool()
@@ -212,7 +223,7 @@ def show_rule(code_or_name: str) -> dict[str, Any]:
     `vllm-triage rules show --format json`."""
     from triage.report.rules_format import rule_show
 
-    rule = find_rule(load_ruleset(()), code_or_name)
+    rule = find_rule(builtin_rules(), code_or_name)
     if rule is None:
         raise ToolError(no_rule_message(code_or_name))
     return _json(rule_show(rule, "json"))
