@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 from triage.model import Finding
+from triage.plan.kvcache import GIB
 from triage.rules.expr import format_value
 
 # A part of a bar: the character plain text fills it with, rich's style and the SVG colour.
@@ -42,35 +42,33 @@ MARK_CHAR = "|"
 MAX_SEQUENCES_DRAWN = 32  # more full-length sequences than this are said, not drawn one by one
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+# NamedTuples, not dataclasses: every text report imports this module, and a dataclass
+# costs several times a NamedTuple to create at import.
+class Segment(NamedTuple):
     start: float
     end: float
     part: str  # a key of PARTS
 
 
-@dataclass(frozen=True, slots=True)
-class Mark:
+class Mark(NamedTuple):
     at: float
     label: str
 
 
-@dataclass(slots=True)
-class Row:
+class Row(NamedTuple):
     label: str
     segments: list[Segment]
     value: str = ""  # the row's number, printed after the bar
     tags: str = ""  # what falls in this row (a histogram bin's percentiles)
 
 
-@dataclass(slots=True)
-class Picture:
+class Picture(NamedTuple):
     kind: str  # overflow, memory, sequences, histogram
     title: str
     rows: list[Row]
     legend: list[tuple[str, str]]  # (part, what it shows, with its number)
-    marks: list[Mark] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    marks: Sequence[Mark] = ()
+    notes: Sequence[str] = ()
 
     @property
     def scale(self) -> float:
@@ -137,7 +135,8 @@ def overflow(values: Mapping[str, Any]) -> Picture | None:
         legend.append(("over", "over the window"))
     rows = [
         Row("window", [Segment(0, window, "window")], n(values["max_model_len"])),
-        Row("request", request, n(values["requested_total"]) if "requested_total" in values else n(int(total))),
+        Row("request", request, n(values["requested_total"]) if "requested_total" in values
+            else n(values["prompt_tokens"]) if completion is None else ""),
     ]
     legend.insert(0, ("window", f"served window (max_model_len) {n(values['max_model_len'])}"))
     notes = []
@@ -287,9 +286,6 @@ def sequences(facts: Mapping[str, Any]) -> Picture | None:
 
 BUILDERS = {"request": (overflow, histogram), "startup": (shortfall,)}
 
-GIB = 1024**3
-
-
 def plan_scenarios(plan: Any) -> Picture | None:
     """`plan`: each scenario's GPU as a stack (weights, the activation allowance, KV cache,
     the card beyond gpu_memory_utilization), with one max_model_len sequence's need under it."""
@@ -329,8 +325,7 @@ def plan_scenarios(plan: Any) -> Picture | None:
 LABEL_SHARE = 3  # the label column takes at most a third of the width
 
 
-@dataclass(slots=True)
-class Layout:
+class Layout(NamedTuple):
     label: int
     value: int
     bar: int
