@@ -41,6 +41,7 @@ class Event:
     excerpt: str
     pattern_id: str
     hosted: bool = False
+    also_at: list[int] = field(default_factory=list)  # lines that printed this same failure again
 
 
 @dataclass(slots=True)
@@ -70,6 +71,7 @@ class Finding:
     run: int = 1  # which startup run of the log (1-based): facts never cross runs
     root: bool | None = None  # several ranks failed: True for the first, False for the others
     consequence_of: str | None = None  # for root False: "CODE at source:line (rank)" of the root
+    also_at: list[int] = field(default_factory=list)  # lines that printed the same failure again (not counted)
 
 
 OUTCOMES = ("ready", "failed", "unknown")

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 from triage.diagnose.diagnoser import Diagnoser
 from triage.diagnose.facts import Run
 from triage.diagnose.store import FindingStore
-from triage.input.follow import FollowedFile, big_regular_file, tee, with_progress
-from triage.input.reader import Chunk, InputError, capped, iter_chunks, open_input, sniff_binary
+from triage.input.follow import FollowedFile, WaitingPipe, big_regular_file, tee, with_progress
+from triage.input.reader import Chunk, InputError, capped, iter_chunks, maybe_gunzip, open_input, sniff_binary
 from triage.match.matcher import Matcher
 from triage.model import Event, Finding, ScanResult
 from triage.rules.ruleset import Rule, RuleSet, load_rules
@@ -65,6 +65,7 @@ class ScanOptions:
     rules: Sequence[Rule] | None = None
     keep_text: bool = False  # findings carry their record's whole text (--show-text)
     on_finding: Callable[[Finding], None] | None = None  # each finding as soon as its line is read
+    on_wait: Callable[[], None] | None = None  # stdin, a pipe: called when it goes quiet but stays open
     on_event: Callable[[Event, Run], None] | None = None  # each event, with the run it went to
     follow: bool = False  # read the one path like tail -f
     tee_to: BinaryIO | None = None  # pass the input through unchanged
@@ -116,7 +117,7 @@ def make_matcher(options: ScanOptions) -> Matcher:
 def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options: ScanOptions, result: ScanResult) -> None:
     """One input into the result: its name, its findings (in the diagnoser's sink), its runs."""
     try:
-        name, stream = open_path(path, options.follow)
+        name, stream = open_path(path, options.follow, options.on_wait)
     except InputError as exc:
         result.errors.append(str(exc))
         return
@@ -145,11 +146,13 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
         raise KeyboardInterrupt
 
 
-def open_path(path: str | Text, follow: bool) -> tuple[str, BinaryIO]:
+def open_path(path: str | Text, follow: bool, on_wait: Callable[[], None] | None = None) -> tuple[str, BinaryIO]:
     if isinstance(path, Text):
         return path.name, io.BufferedReader(io.BytesIO(path.data))
     if follow:
         return path, io.BufferedReader(FollowedFile(path))
+    if path == "-" and on_wait is not None:
+        return "<stdin>", maybe_gunzip(io.BufferedReader(WaitingPipe(sys.stdin.fileno(), on_wait)))
     return open_input(path)
 
 

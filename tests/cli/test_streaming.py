@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -99,10 +100,36 @@ def test_a_finding_is_printed_before_the_input_ends_and_the_summary_at_eof():
     triage.process.stdin.close()
     code, out, _ = triage.finish()
     assert code == 1
-    summary = out[out.index("== the whole picture"):]
-    assert "(x2, last at line" in summary  # aggregated at the end: one finding with its count
-    assert "It is the first of 2 requests refused alike in this run" in summary
+    added = out[out.index("== what the end of the input added =="):]
+    # the end adds only what changed: the count and the run's figures, under the finding's first line
+    assert added.split("\n\n")[1].startswith("VT101 context-length-exceeded")
+    assert "(x2, last at line" in added
+    assert "It is the first of 2 requests refused alike in this run" in added
+    assert "vLLM said:" not in added  # printed above already
     assert out.rstrip().endswith("1 finding (1 error) in 1 input")
+
+
+def test_a_stream_whose_findings_were_all_printed_ends_with_the_summary_alone():
+    triage = Triage("--format", "text")
+    triage.write(STARTUP + overflow(1, 7500) + ACCESS * 3)
+    triage.wait_for("VT101 context-length-exceeded")
+    triage.process.stdin.close()
+    code, out, _ = triage.finish()
+    assert code == 1
+    assert out.count("VT101 context-length-exceeded") == 1
+    assert "== what the end of the input added" not in out
+    assert out.endswith("\n\n1 finding (1 error) in 1 input\n")
+
+
+def test_jsonl_streams_on_a_pipe_like_text():
+    triage = Triage("--format", "jsonl")
+    triage.write(STARTUP + overflow(1, 7500) + ACCESS * 3)
+    [line] = triage.wait_for('"code": "VT101"')  # before the input ends
+    assert triage.process.poll() is None
+    assert json.loads(line)["fields"]["prompt_tokens"] == 7500
+    triage.process.stdin.close()
+    code, out, _ = triage.finish()
+    assert code == 1 and [json.loads(x)["code"] for x in out.splitlines()] == ["VT101"]  # nothing new at the end
 
 
 def test_tee_passes_the_log_through_unchanged_and_reports_on_stderr():
@@ -141,7 +168,8 @@ def test_follow_reads_a_growing_file_through_truncation_and_rotation(tmp_path):
     triage.process.send_signal(signal.SIGINT)  # how --follow ends
     code, out, err = triage.finish()
     assert code == 1  # findings at or above --fail-on: Ctrl-C ends --follow like the end of a file
-    assert "== the whole picture" in out and "in 1 input" in out
+    assert "== what the end of the input added ==" in out and out.rstrip().endswith("in 1 input")
+    assert out.count("vLLM said:") == 4  # each refusal quoted once, as it was read; the end adds no quote
     assert "Traceback" not in err
 
 
@@ -149,3 +177,60 @@ def test_follow_needs_one_file(tmp_path):
     run = subprocess.run([sys.executable, "-m", "triage", "scan", "--follow", "a.log", "b.log"], capture_output=True,
                          text=True, timeout=WAIT, cwd=tmp_path)
     assert run.returncode == 2 and run.stderr.startswith("vllm-triage: error: --follow reads one file")
+
+
+# --- a finished input piped in: one report ---------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+CLIENT_ERROR = (
+    "openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': \"This model's maximum context "
+    "length is 8192 tokens. However, you requested 9121 tokens (8121 in the messages, 1000 in the completion). "
+    "Please reduce the length of the messages or completion.\", 'type': 'BadRequestError', 'param': None, 'code': 400}\n"
+)
+
+
+def piped(data: bytes, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "triage", "scan", *args], input=data, capture_output=True,
+                          timeout=WAIT, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+
+
+def test_a_piped_single_error_yields_one_finding_block():
+    run = piped(CLIENT_ERROR.encode(), "--format", "text")
+    out = run.stdout.decode()
+    blocks = out.split("\n\n")
+    assert run.returncode == 1
+    assert out.count("VT101 context-length-exceeded") == 1 and out.count("vLLM said:") == 1
+    assert blocks[0].startswith("VT101 context-length-exceeded [request, error]")
+    assert "  at <stdin>:1\n" in blocks[0]
+    assert blocks[-1] == "1 finding (1 error) in 1 input\n"
+    assert "==" not in out  # no second report under a heading
+
+
+def test_a_client_error_and_its_traceback_are_one_refused_request():
+    data = (FIXTURES / "client-openai-python-traceback.log").read_bytes()
+    text = piped(data, "--format", "text").stdout.decode()
+    assert text.count("VT102 prompt-exceeds-context") == 1
+    assert "  at <stdin>:4 (printed again at line 22)\n" in text
+    assert "refused alike" not in text and "p50" not in text and "median" not in text
+    [finding] = json.loads(piped(data, "--format", "json").stdout)["findings"]
+    assert (finding["count"], finding["line"], finding["also_at"]) == (1, 4, [22])
+
+
+def test_two_refusals_logged_alike_stay_two():
+    """Only an exception line after a logged one is its echo: two logged refusals (or two raised) are two."""
+    logged = "2025-10-14 16:20:31,416 ERROR app: request failed: " + CLIENT_ERROR
+    for data in (logged * 2, CLIENT_ERROR * 2):
+        [finding] = json.loads(piped(data.encode(), "--format", "json").stdout)["findings"]
+        assert (finding["count"], finding["also_at"]) == (2, [])
+
+
+# one log of each shape: a startup error, a client traceback, many refusals, ranks failing, hosted
+SHAPES = ["startup-kv-too-small-v1.log", "client-openai-python-traceback.log", "request-many-rejections-v0110.log",
+          "runs/tp-workers-fail-in-turn-v0102.log", "hosted-openai-context-length-exceeded.log"]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_a_finished_log_piped_in_gives_the_one_report_a_file_gets(name):
+    """What a pipe that ends gives is exactly the report without live output: nothing twice."""
+    data = (FIXTURES / name).read_bytes()
+    assert piped(data, "--format", "text").stdout == piped(data, "--format", "text", "--no-live").stdout

@@ -15,7 +15,7 @@ from triage.pipeline import ScanInterrupted, ScanOptions
 from triage.pipeline import scan as scan_inputs
 from triage.report import ScanResult, format_names, render, summary_line, write
 from triage.rules.ruleset import RuleError, RuleSet, load_rules, select_rules
-from triage.model import SEVERITIES, Finding, severity_rank
+from triage.model import SEVERITIES, severity_rank
 
 FAIL_ON = [*SEVERITIES, "never"]
 FORMAT_HELP = (
@@ -42,23 +42,10 @@ def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
         raise  # unreachable
 
 
-class LivePrinter:
-    """Prints one finding as soon as it is found (plain text, flushed): live streams."""
-
-    def __init__(self, redact: bool, to_stderr: bool):
-        from triage.report.text import render_finding  # rich: imported only for live output
-
-        self.render, self.redact, self.to_stderr = render_finding, redact, to_stderr
-        self.printed = 0
-
-    def __call__(self, finding: Finding) -> None:
-        if self.redact:
-            from triage.report.redact import redact_result  # imported only when asked for
-
-            finding = redact_result(ScanResult([finding], [])).findings[0]
-        click.echo(self.render(finding) + "\n", err=self.to_stderr)
-        (sys.stderr if self.to_stderr else sys.stdout).flush()
-        self.printed += 1
+def echo_flushed(text: str, to_stderr: bool) -> None:
+    """Text out at once (a live stream is read as it is written)."""
+    click.echo(text, nl=False, err=to_stderr)
+    (sys.stderr if to_stderr else sys.stdout).flush()
 
 
 def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
@@ -217,8 +204,8 @@ def main() -> None:
 @click.option("--tee", "tee_log", is_flag=True, help="Pass the log through to stdout unchanged; findings go to stderr.")
 @click.option(
     "--live/--no-live", default=None,
-    help="Print each finding as soon as its line is read, then the whole report at the end "
-    "(default: on for --follow, --tee and a pipe on stdin, with text output).",
+    help="Print each finding as soon as its line is read, then what the end adds "
+    "(default: on for --follow, --tee and a pipe that stays open; text and jsonl).",
 )
 @click.option(
     "--jobs", "-j", default=1, show_default=True, type=click.IntRange(min=1),
@@ -244,14 +231,22 @@ def scan(
     if follow:  # otherwise nothing shows that it runs until the log says something
         click.echo(f"vllm-triage: following {inputs[0]}; findings print as they are read, Ctrl-C ends with the summary", err=True)
     report_format = pick_report_format(format_name, output)
+    from triage.report.live import LIVE_FORMATS, LiveReport
+
+    # A pipe may hold a finished file or paste (one report at the end) or a running server:
+    # its findings are held until it goes quiet while still open.
+    hold = live is None and not (follow or tee_log)
     if live is None:
         live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
-    live = live and report_format in ("text", "rich")  # a machine format stays one document
-    print_finding = LivePrinter(redact, to_stderr=tee_log) if live else None
+    live = live and report_format in LIVE_FORMATS  # json, sarif...: one document
+    live_report = None
+    if live:
+        live_report = LiveReport(report_format, lambda text: echo_flushed(text, tee_log), hold=hold, redact=redact)
     interrupted = False
     try:
         result = scan_inputs(inputs, ScanOptions(
-            ruleset, chosen, keep_text=show_text, on_finding=print_finding, follow=follow, live=live,
+            ruleset, chosen, keep_text=show_text, on_finding=live_report, follow=follow, live=live,
+            on_wait=live_report.release if live_report is not None and hold else None,
             tee_to=sys.stdout.buffer if tee_log else None, progress=not follow and sys.stderr.isatty(), jobs=jobs,
         ))
     except ScanInterrupted as stop:
@@ -267,10 +262,12 @@ def scan(
     # Ctrl-C is how --follow ends: the exit code then says what was found, as at the end of a file.
     stopped = interrupted and not follow
     code = EXIT_INTERRUPTED if stopped else exit_code(result, fail_on, had_input_error=input_error)
-    if print_finding is not None and print_finding.printed:
-        click.echo("== the whole picture (each finding once, with its count and the run's facts) ==", err=tee_log)
+    rest = live_report.rest(result) if live_report is not None and output is None else None
     try:
-        emit(result, report_format, output, to_stderr=tee_log)
+        if rest is not None:  # findings were printed as they came: the end adds what is new
+            echo_flushed(rest, tee_log)
+        else:
+            emit(result, report_format, output, to_stderr=tee_log)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head` read what it wanted: the scan itself is complete
         silence_stdout()

@@ -23,6 +23,7 @@ the run's events go: memory does not grow with the restarts a log holds.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,9 @@ __all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_st
 # The cause's last sentence for a hosted API's error; its server-side fixes are not rendered.
 HOSTED_NOTE = "The error came from a hosted API that words it as vLLM does, not from a vLLM server: only the request can change."
 FAILURE_STAGES = ("startup", "runtime")  # where a rank's error stops the engine
+# The last line of a Python traceback: the exception the client raised ("openai.BadRequestError: ...").
+EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): ")
+ECHO_LINES = 200  # a traceback that ends further below a logged error is another failure
 
 
 @dataclass(slots=True)
@@ -83,6 +87,7 @@ class Diagnoser:
         self._requirements: dict[int, Requirement] = {}  # id(rule) -> what its require reads
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
         self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
+        self._logged: dict[tuple, Event] = {}  # a refused request's logged line, by what an echo of it shares
 
     @property
     def run(self) -> Run:
@@ -99,6 +104,9 @@ class Diagnoser:
         rule = event.rule
         if rule.kind == "fact":
             return None
+        if rule.stage == "request" and self._echoes(event):
+            run.problems.pop()  # the same refusal again: listed on the first, not counted
+            return None
         requirement = self._requirements.get(id(rule)) or self._requirement(rule)
         settled = requirement.settled(event.fields)
         if not requirement.holds(event.fields, run.facts):
@@ -109,6 +117,24 @@ class Diagnoser:
             # kept until the end: the record's text (maybe a whole prompt) is not needed any more
             event.record = replace(event.record, text="")
         return to_finding(event, run.facts, self.keep_text, run.number) if render else None
+
+    def _echoes(self, event: Event) -> bool:
+        """A client that logs a refused request and then dies of it prints the error twice: the
+        log line, then its traceback's last line. That exception line with the same numbers,
+        soon after the logged one, is the same request; a second exception line is another."""
+        record = event.record
+        key = (self._run.number, event.rule.code, record.source, record.process, event.hosted,
+               tuple(sorted(event.fields.items())))
+        if not EXCEPTION_LINE.match(record.text):
+            if len(self._logged) >= 256:  # only the last few hundred lines' can still be echoed
+                self._logged = {k: e for k, e in self._logged.items() if record.line - e.record.end_line <= ECHO_LINES}
+            self._logged[key] = event
+            return False
+        logged = self._logged.pop(key, None)
+        if logged is None or record.line - logged.record.end_line > ECHO_LINES:
+            return False
+        logged.also_at.append(record.line)
+        return True
 
     def _requirement(self, rule: Rule) -> Requirement:
         requirement = self._requirements.get(id(rule))
@@ -141,6 +167,7 @@ class Diagnoser:
                 run.lifecycle = Lifecycle()  # and its summary
             self._kept.append(run)
         self._folded.clear()  # the groups of the run that ended: the next run has none yet
+        self._logged.clear()
 
     def result(self) -> Diagnosis:
         findings = list(self._ended) if self._sink is None else self._sink
@@ -205,6 +232,7 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, 
         facts=_facts_used(names, facts, event.fields),
         text=record.text if keep_text else None,
         run=run,
+        also_at=event.also_at,
     )
 
 
@@ -352,6 +380,7 @@ def _merge(rejections: bool, group: list[Finding], folded: Folded | None = None)
     if len(group) == 1 and not (folded and folded.count):
         return first
     first.count = sum(f.count for f in group)
+    first.also_at = [line for f in group for line in f.also_at]
     first.last_line = last.last_line or last.line
     first.last_time = last.last_time or last.time
     if folded and folded.count:

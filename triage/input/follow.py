@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from triage.input.reader import Chunk, InputError
@@ -72,6 +73,34 @@ class FollowedFile(io.RawIOBase):
     def close(self) -> None:
         self.file.close()
         super().close()
+
+
+QUIET_SECONDS = 0.3  # a pipe silent this long is a stream still running, not a paste still arriving
+
+
+class WaitingPipe(io.RawIOBase):
+    """A pipe (stdin) that says when the input stops arriving but has not ended: a server
+    still running (`vllm serve ... | vllm-triage scan`), not a finished file or paste, whose
+    bytes are all there at once. on_wait() is called before a read that would block for more
+    than `quiet` seconds, so what was held back can be printed while the stream goes on."""
+
+    def __init__(self, fd: int, on_wait: Callable[[], None], quiet: float = QUIET_SECONDS):
+        super().__init__()
+        self.fd, self.on_wait, self.quiet = fd, on_wait, quiet
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target) -> int:
+        ready, _, _ = select.select([self.fd], [], [], self.quiet)
+        if not ready:
+            self.on_wait()
+        data = os.read(self.fd, len(target))
+        target[: len(data)] = data
+        return len(data)
+
+    def fileno(self) -> int:
+        return self.fd  # closing this wrapper leaves stdin itself open
 
 
 def tee(chunks: Iterator[Chunk], sink: BinaryIO) -> Iterator[Chunk]:

@@ -65,7 +65,7 @@ def open_input(path: str) -> tuple[str, BinaryIO]:
         except OSError as exc:
             raise InputError(f"{path}: {exc.strerror or exc}") from None
         name = path
-    return name, _maybe_gunzip(stream)
+    return name, maybe_gunzip(stream)
 
 
 def capped(stream: BinaryIO, limit: int) -> BinaryIO:
@@ -104,7 +104,7 @@ def size_text(size: int) -> str:
     return f"{size // mib} MiB" if size % mib == 0 else f"{size:,} bytes"
 
 
-def _maybe_gunzip(stream: BinaryIO) -> BinaryIO:
+def maybe_gunzip(stream: BinaryIO) -> BinaryIO:
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(io.RawIOBase, stream))
     if buffered.peek(2)[:2] == GZIP_MAGIC:
         return cast(BinaryIO, gzip.GzipFile(fileobj=buffered))

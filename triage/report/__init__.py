@@ -55,6 +55,9 @@ def where(finding: Finding) -> str:
     text = f"{finding.source}:{finding.line}"
     if finding.count > 1 and finding.last_line:
         text += f" (x{finding.count}, last at line {finding.last_line})"
+    if finding.also_at:  # the same failure printed again (a client's traceback): not another one
+        lines = ", ".join(map(str, finding.also_at))
+        text += f" (printed again at line{'s' if len(finding.also_at) > 1 else ''} {lines})"
     if finding.process:
         text += f" [{finding.process}]"
     if finding.root:

@@ -14,7 +14,7 @@ ITEM_INDENT = " " * 4
 FINDING_KEYS = (
     "code", "name", "title", "stage", "severity", "source", "line", "last_line", "count",
     "process", "rank", "time", "last_time", "excerpt", "fields", "derived", "facts", "cause",
-    "fixes", "hosted", "references", "run", "root", "consequence_of",
+    "fixes", "hosted", "references", "run", "root", "consequence_of", "also_at",
 )
 
 
