@@ -95,7 +95,7 @@ def scan(paths: Sequence[str | Text], options: ScanOptions | None = None) -> Sca
     if options.phases is not None:
         matcher.time_phases(options.phases)
     findings = FindingStore()  # compressed as each run ends
-    result = ScanResult(findings, [], rules=list(matcher.rules))
+    result = ScanResult(findings, [], rules=[rule for rule in matcher.rules if rule.kind != "gate"])
     checks = [r for r in matcher.rules if r.kind == "check" and (options.standalone_checks or r.attach_to)]
     for path in paths:
         diagnoser = Diagnoser(checks, options.keep_text, matcher.ruleset.fact_names, keep_runs=False, sink=findings)

@@ -98,13 +98,13 @@ def test_rules_test_fails_with_a_readable_diff(tmp_path):
 def test_rules_test_runs_a_user_rule_files_examples(tmp_path):
     rules = tmp_path / "mine.yaml"
     rules.write_text(yaml.safe_dump({"stage": "runtime", "rules": [{
-        "code": "VT801", "name": "my-rule", "title": "t", "keywords": ["hello"],
+        "code": "VT391", "name": "my-rule", "title": "t", "keywords": ["hello"],
         "patterns": [r"hello {count_value:int}"],
         "examples": {"match": [{"text": "hello 5", "fields": {"count_value": 6}}]},
     }]}))
     result = cli("rules", "test", "--rules", str(rules))
     assert result.exit_code == 1
-    assert "VT801: field count_value: expected 6, got 5" in result.stdout
+    assert "VT391: field count_value: expected 6, got 5" in result.stdout
 
 
 # --- --select / --ignore ----------------------------------------------------------------
@@ -162,12 +162,12 @@ def test_a_user_rule_may_not_reuse_a_built_in_code(tmp_path):
 
 
 def test_a_catastrophically_backtracking_user_regex_does_not_hang_the_scan(tmp_path):
-    rules = user_rule(tmp_path, "VT801", r"BACKTRACK (a|aa)+$", "BACKTRACK aa")
+    rules = user_rule(tmp_path, "VT391", r"BACKTRACK (a|aa)+$", "BACKTRACK aa")
     log = tmp_path / "server.log"
     log.write_text("INFO 01-01 00:00:00 [x.py:1] fine\n" + "BACKTRACK " + "a" * 60 + "b\n")
     result = cli("scan", "--format", "json", "--rules", str(rules), str(log))
     assert result.exit_code == 0
-    assert f"{log}:2: rule VT801 pattern slow took longer than" in result.stderr
+    assert f"{log}:2: rule VT391 pattern slow took longer than" in result.stderr
 
 
 # --- the JSON Schema ----------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_every_built_in_rule_file_validates_against_the_schema(path):
 
 @pytest.mark.parametrize("mistake", [{"severity": "fatal"}, {"code": "X1"}, {"colour": "red"}, {"patterns": []}])
 def test_the_schema_refuses_what_the_loader_refuses(mistake):
-    rule = {"code": "VT801", "name": "ok-rule", "title": "t", "keywords": ["k"], "patterns": ["k"], "examples": {"match": ["k"]}}
+    rule = {"code": "VT391", "name": "ok-rule", "title": "t", "keywords": ["k"], "patterns": ["k"], "examples": {"match": ["k"]}}
     document = {"rules": [{**rule, **mistake}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, SCHEMA, cls=jsonschema.Draft202012Validator)

@@ -238,3 +238,13 @@ def test_an_assertion_not_asked_for_never_fails_whatever_the_log_says(facts):
     for code, numbers in NUMBERS.items():
         assert numbers(Facts(facts), [], Thresholds()) is None, code
     assert evaluate("s.log", Facts(facts), [], Thresholds()) == []
+
+
+@pytest.mark.parametrize("facts", [{}, {"max_model_len": 1024, "kv_tokens": 100, "kv_usage_at_start_pct": 99.0, "concurrency": 0.5}])
+def test_each_assertion_gives_only_the_numbers_its_rule_declares(facts):
+    from triage.diagnose.gate import NUMBERS, builtin_assertions
+
+    asked = Thresholds(min_max_model_len=4096, min_concurrency=2, max_kv_usage_at_start=10, require_ready=True)
+    for code, rule in builtin_assertions().items():
+        numbers = NUMBERS[code](Facts(facts), [], asked)
+        assert numbers is not None and set(numbers) <= set(rule.field_types), code

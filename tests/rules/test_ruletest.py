@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from triage.rules.ruleset import load_rules
+from triage.rules.ruleset import RELIED_ON, RuleError, load_rules
 from triage.rules.ruletest import check_fixture, fixture_files, has_markers, parse_value, read_markers, run
 
 from conftest import FIXTURES
@@ -197,3 +197,26 @@ def test_markers_are_judged_by_the_facts_of_their_own_run_as_scan_judges_them(tm
         capture_output=True, text=True,
     )
     assert [(f["code"], f["line"], f["run"]) for f in json.loads(scanned.stdout)["findings"]] == [("VT391", 4, 1)]
+
+
+def test_the_gates_assertions_are_rules_a_user_rule_cannot_take_the_code_of(tmp_path):
+    assertions = {rule.code: rule for rule in RULES.rules if rule.kind == "gate"}
+    assert sorted(assertions) == ["VT801", "VT802", "VT803", "VT804"]
+    assert all(rule.cause and rule.fixes for rule in assertions.values())
+    taken = tmp_path / "taken.yaml"
+    taken.write_text(TWO_RUNS_RULES.replace("VT391", "VT802"))
+    with pytest.raises(RuleError, match=r"VT802 is already defined at .*gate\.yaml"):
+        load_rules([str(taken)])
+
+
+@pytest.mark.parametrize("key", sorted(RELIED_ON))
+def test_a_rule_the_code_relies_on_is_checked_at_load(monkeypatch, key):
+    kind, why = RELIED_ON[key]
+    assert RULES.by_code(key).kind == kind
+    monkeypatch.setitem(RELIED_ON, key, ("no-such-kind", why))
+    with pytest.raises(RuleError, match=f"built-in rules: no no-such-kind rule {key} .*defines it as kind {kind}"):
+        load_rules()
+    monkeypatch.setitem(RELIED_ON, "no-such-rule", (kind, "a test needs it"))
+    monkeypatch.delitem(RELIED_ON, key)
+    with pytest.raises(RuleError, match="no-such-rule .a test needs it.; there is none"):
+        load_rules()

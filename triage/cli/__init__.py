@@ -293,21 +293,23 @@ def scan(
 def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float | None, max_kv_usage_at_start: float | None,
          require_ready: bool, fail_on: str, format_name: str, output: str | None, rule_paths: tuple[str, ...]) -> None:
     """Assert a startup log shows the capacity you planned for (exit 1 when it does not)."""
-    from triage.diagnose.gate import Thresholds, checks_run, evaluate
+    from triage.diagnose.gate import Thresholds, assertions_of, checks_run, evaluate
 
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
+    ruleset = load_ruleset(rule_paths)
+    assertions = assertions_of(ruleset.rules) or None  # None: the built-in ones (a set loaded without them)
     # --min-concurrency asserts what the advisory capacity warning says; without it the gate
     # reports that warning as scan does on the same log.
     advisory = thresholds.min_concurrency is None
-    result = scan_inputs([startup_log], ScanOptions(load_ruleset(rule_paths), standalone_checks=advisory))
+    result = scan_inputs([startup_log], ScanOptions(ruleset, standalone_checks=advisory))
     if not result.inputs:
         fail(result.errors[0])
     for error in result.errors:
         click.echo(f"vllm-triage: warning: {error}", err=True)
     name = result.inputs[0]
-    failed = evaluate(name, result.facts.get(name, {}), result.findings, thresholds)
+    failed = evaluate(name, result.facts.get(name, {}), result.findings, thresholds, assertions=assertions)
     result.findings.extend(failed)
-    result.rules.extend(checks_run(thresholds))
+    result.rules.extend(checks_run(thresholds, assertions))
     emit(result, pick_report_format(format_name, output), output)
     sys.exit(EXIT_FINDINGS if failed else exit_code(result, fail_on, had_input_error=False))
 

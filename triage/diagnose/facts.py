@@ -25,12 +25,12 @@ from triage.diagnose.lifecycle import Lifecycle
 from triage.plan import gpus
 from triage.rules.expr import Expression, Missing
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE
-from triage.rules.ruleset import Rule
+from triage.rules.ruleset import ENGINE_CONFIG, NON_DEFAULT_ARGS, SERVER_VERSION, Rule
 from triage.model import Event, RunSummary
 
 DEFAULTS: dict[str, Any] = {"block_size": DEFAULT_BLOCK_SIZE}
 # Rule names of the startup markers, in the order one startup prints them.
-RUN_MARKERS = {"server-version": 0, "non-default-args": 1, "engine-config": 2}
+RUN_MARKERS = {SERVER_VERSION: 0, NON_DEFAULT_ARGS: 1, ENGINE_CONFIG: 2}
 PID = re.compile(r"\s*\bpid=\d+,?")
 # Set with total_gib when the GPU table gave it (the log named the card, not its memory);
 # a line that prints the card's memory replaces both.

@@ -1,26 +1,27 @@
 """Capacity assertions over what a startup log says about the server (`vllm-triage gate`).
 
-Pure functions of the facts and findings of one log. Each assertion is data (a Check:
-code, title, cause and fix templates) plus a small function that works out its numbers;
-a failed assertion becomes a Finding like any rule's, so every format reports it. An
+Pure functions of the facts and findings of one log. Each assertion is a rule of
+rules/gate.yaml (kind: gate: code, title, cause and fix templates) plus a small function
+here that works out its numbers; a failed assertion becomes a Finding like any rule's, so
+every format reports it. An
 assertion whose number the log never states fails too: a gate that cannot see the
 capacity must not pass it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from triage.diagnose.diagnoser import render_steps
-from triage.rules.expr import Expression
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE, round_down
-from triage.rules.ruleset import Step
+from triage.rules.ruleset import AUTO_FIT, GATE_CODES, Rule
 from triage.model import Finding
 
-AUTO_FIT_RULE = "max-model-len-auto-reduced"  # its max_model_len is the window after auto-fit
+AUTO_FIT_RULE = AUTO_FIT  # its max_model_len is the window after auto-fit
 FATAL_STAGES = ("startup", "config")  # an error finding here means the engine did not start
 WHOLE_LOG = 1  # an assertion no line proves (the log never states the number) points at the log's start
 
@@ -33,206 +34,34 @@ class Thresholds:
     require_ready: bool = False
 
 
-@dataclass(slots=True)
-class Check:
-    """One assertion, described like a rule so SARIF and JUnit can list it."""
-
-    code: str
-    name: str
-    title: str
-    stage: str
-    description: str
-    option: str
-    cause: list[Step]
-    fixes: list[Step]
-    severity: str = "error"
-    kind: str = "gate"
-    references: list[str] = field(default_factory=list)
+# The assertions, by code: their titles, causes and fixes are rules/gate.yaml's (kind: gate),
+# loaded with every rule; here is how each one's numbers are worked out.
+READY, WINDOW, CONCURRENCY, KV_USAGE = GATE_CODES
 
 
-def _step(text: str, when: str | None = None) -> Step:
-    return Step(" ".join(text.split()), Expression(when) if when else None)
+@functools.cache
+def builtin_assertions() -> dict[str, Rule]:
+    from triage.rules.ruleset import load_rules
+
+    return assertions_of(load_rules(()).rules)
 
 
-READY = Check(
-    code="VT801",
-    name="server-not-ready",
-    title="The server did not reach ready",
-    stage="startup",
-    option="--require-ready",
-    description=(
-        "The log must show the API server ready ('Starting vLLM API server' or uvicorn's "
-        "'Application startup complete') and no startup or config error."
-    ),
-    cause=[
-        _step(
-            "The log has no 'Starting vLLM API server' or 'Application startup complete' line: the "
-            "server never got ready, or the log was saved before it did.",
-            "ready_line == 0",
-        ),
-        _step(
-            "The log shows {startup_errors} startup error finding(s); the first, {first_error_code}, is at "
-            "line {first_error_line}.",
-            "startup_errors > 0",
-        ),
-    ],
-    fixes=[
-        _step("Fix {first_error_code} first: its own finding in this report gives the numbers and the fix.", "startup_errors > 0"),
-        _step(
-            "Save the log only once the server answers (poll GET /health until it returns 200), so the "
-            "ready line is in it.",
-            "ready_line == 0 and startup_errors == 0",
-        ),
-    ],
-)
-
-WINDOW = Check(
-    code="VT802",
-    name="served-window-too-short",
-    title="The server serves a shorter window than required",
-    stage="config",
-    option="--min-max-model-len",
-    description=(
-        "The window the server actually serves (max_model_len after derivation and auto-fit, as the "
-        "'Maximum concurrency for N tokens', auto-fit, 'Using max model len' or engine config line "
-        "states it) must be at least --min-max-model-len tokens: requests longer than it are refused."
-    ),
-    cause=[
-        _step(
-            "The server serves {served_max_model_len:,} tokens (from the {window_from} line), "
-            "{shortfall_tokens:,} fewer than the required {min_max_model_len:,}.",
-            "served_known == 1",
-        ),
-        _step("vLLM's auto-fit cut the window from {auto_fit_from:,} to fit the KV cache.", "auto_fit_from > 0"),
-        _step(
-            "The log states no served window (no 'Maximum concurrency for N tokens', auto-fit, 'Using max "
-            "model len' or engine config line), so it cannot show {min_max_model_len:,} tokens are served.",
-            "served_known == 0",
-        ),
-    ],
-    fixes=[
-        _step(
-            "The KV cache holds {kv_tokens:,} tokens, enough for one request of {min_max_model_len:,}: "
-            "start vLLM with --max-model-len {min_max_model_len:d} (if the model's config.json allows it).",
-            "kv_tokens >= min_max_model_len",
-        ),
-        _step(
-            "The KV cache holds only {kv_tokens:,} tokens, fewer than {min_max_model_len:,}: give it more "
-            "memory first (raise --gpu-memory-utilization, use --kv-cache-dtype fp8, or more GPUs with "
-            "--tensor-parallel-size), then set --max-model-len {min_max_model_len:d}.",
-            "kv_tokens < min_max_model_len",
-        ),
-        _step(
-            "Gate the whole startup log, from the first line to 'Application startup complete'.",
-            "served_known == 0",
-        ),
-        _step(
-            "If {served_max_model_len:,} tokens is enough for your traffic, lower the gate's --min-max-model-len.",
-            "served_known == 1",
-        ),
-    ],
-)
-
-CONCURRENCY = Check(
-    code="VT803",
-    name="concurrency-too-low",
-    title="Too few full-length requests fit in the KV cache",
-    stage="startup",
-    option="--min-concurrency",
-    description=(
-        "The KV cache must hold at least --min-concurrency requests of the full window at once: "
-        "vLLM's 'Maximum concurrency for N tokens per request: X' line, or KV-cache tokens divided "
-        "by max_model_len. Below it, long requests wait or are preempted under load."
-    ),
-    cause=[
-        _step(
-            "The maximum concurrency at {window_tokens:,} tokens per request is {concurrency}x; the "
-            "gate requires at least {min_concurrency}x.",
-            "concurrency_known == 1",
-        ),
-        _step(
-            "The log states neither vLLM's 'Maximum concurrency' line nor the KV cache size and window, "
-            "so it cannot show {min_concurrency}x fits.",
-            "concurrency_known == 0",
-        ),
-    ],
-    fixes=[
-        _step(
-            "{min_concurrency}x at {window_tokens:,} tokens needs {kv_tokens_needed:,} KV-cache tokens and "
-            "the cache holds {kv_tokens:,}: raise --gpu-memory-utilization, use --kv-cache-dtype fp8 "
-            "(about twice the tokens), or add GPUs (--tensor-parallel-size).",
-            "kv_tokens_needed > 0",
-        ),
-        _step(
-            "Or serve a shorter window: --max-model-len {window_for_min_concurrency:d} gives "
-            "{min_concurrency}x with this cache.",
-            "window_for_min_concurrency > 0",
-        ),
-        _step(
-            "Gate the whole startup log: the capacity lines come after the model loads.",
-            "concurrency_known == 0",
-        ),
-        _step(
-            "Requests shorter than the window share the cache: if your traffic is short, a lower "
-            "--min-concurrency may be the right gate.",
-            "concurrency_known == 1",
-        ),
-    ],
-)
-
-KV_USAGE = Check(
-    code="VT804",
-    name="kv-usage-high-at-start",
-    title="More of the KV cache is in use at the first metrics line than the gate allows",
-    stage="runtime",
-    option="--max-kv-usage-at-start",
-    description=(
-        "The first metrics line ('GPU KV cache usage: P%') must show at most --max-kv-usage-at-start "
-        "percent in use: a cache that is full before real traffic leaves no room for it."
-    ),
-    cause=[
-        _step(
-            "The first metrics line shows {kv_usage_at_start_pct:g}% of the KV cache in use; the gate allows "
-            "{max_kv_usage_at_start:g}%.",
-            "usage_known == 1",
-        ),
-        _step(
-            "The log holds no metrics line ('GPU KV cache usage: P%'), so it cannot show the cache starts "
-            "below {max_kv_usage_at_start}%.",
-            "usage_known == 0",
-        ),
-    ],
-    fixes=[
-        _step(
-            "Traffic (or a warm-up) reached the server before the first metrics line: gate the log before "
-            "traffic starts, or raise --max-kv-usage-at-start.",
-            "usage_known == 1",
-        ),
-        _step(
-            "If a little traffic fills it, the cache is small for the window ({concurrency}x requests of "
-            "{window_tokens:,} tokens): give it more memory or lower --max-model-len.",
-            "usage_known == 1 and concurrency > 0",
-        ),
-        _step(
-            "vLLM prints a metrics line every few seconds while it serves (idle intervals only at DEBUG "
-            "from 0.8.5): capture the log after a first request, or drop --max-kv-usage-at-start.",
-            "usage_known == 0",
-        ),
-    ],
-)
-
-CHECKS = (READY, WINDOW, CONCURRENCY, KV_USAGE)
+def assertions_of(rules: Sequence[Rule]) -> dict[str, Rule]:
+    """The gate's rules among these, by code."""
+    return {rule.code: rule for rule in rules if rule.kind == "gate"}
 
 
-def checks_run(thresholds: Thresholds) -> list[Check]:
-    """The assertions the thresholds ask for, in code order."""
+def checks_run(thresholds: Thresholds, assertions: Mapping[str, Rule] | None = None) -> list[Rule]:
+    """The assertions the thresholds ask for, in code order. assertions: the gate's rules by
+    code (default: the built-in ones)."""
+    assertions = builtin_assertions() if assertions is None else assertions
     wanted = {
-        READY.code: thresholds.require_ready,
-        WINDOW.code: thresholds.min_max_model_len is not None,
-        CONCURRENCY.code: thresholds.min_concurrency is not None,
-        KV_USAGE.code: thresholds.max_kv_usage_at_start is not None,
+        READY: thresholds.require_ready,
+        WINDOW: thresholds.min_max_model_len is not None,
+        CONCURRENCY: thresholds.min_concurrency is not None,
+        KV_USAGE: thresholds.max_kv_usage_at_start is not None,
     }
-    return [check for check in CHECKS if wanted[check.code]]
+    return [assertions[code] for code in sorted(wanted) if wanted[code]]
 
 
 # --- the numbers ------------------------------------------------------------------------
@@ -341,10 +170,10 @@ def kv_usage_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thre
 
 
 NUMBERS: dict[str, Callable[[Mapping[str, Any], Sequence[Finding], Thresholds], dict | None]] = {
-    READY.code: ready_numbers,
-    WINDOW.code: window_numbers,
-    CONCURRENCY.code: concurrency_numbers,
-    KV_USAGE.code: kv_usage_numbers,
+    READY: ready_numbers,
+    WINDOW: window_numbers,
+    CONCURRENCY: concurrency_numbers,
+    KV_USAGE: kv_usage_numbers,
 }
 # Numbers that say how the rest were found, not what the server has: kept out of `fields`.
 FLAGS = {"ready_line", "served_known", "concurrency_known", "usage_known"}
@@ -356,15 +185,15 @@ COMPUTED = {"shortfall_tokens", "kv_tokens_needed", "window_for_min_concurrency"
 
 def evaluate(
     source: str, facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
-    fact_lines: Mapping[str, tuple[str, int]] | None = None,
+    fact_lines: Mapping[str, tuple[str, int]] | None = None, assertions: Mapping[str, Rule] | None = None,
 ) -> list[Finding]:
     """A finding for each assertion that fails, in code order, at the line of the number it
     judged. fact_lines: fact name -> (source, line) that set it; by default the lines the
-    facts carry (facts.Facts)."""
+    facts carry (facts.Facts). assertions: the gate's rules by code (default: the built-in ones)."""
     if fact_lines is None:
         fact_lines = getattr(facts, "lines", {})
     failed = []
-    for check in checks_run(thresholds):
+    for check in checks_run(thresholds, assertions):
         numbers = NUMBERS[check.code](facts, findings, thresholds)
         if numbers is not None:
             line = evidence_line(check, numbers, facts, fact_lines, findings)
@@ -373,13 +202,13 @@ def evaluate(
 
 
 def evidence_line(
-    check: Check, numbers: Mapping[str, Any], facts: Mapping[str, Any],
+    check: Rule, numbers: Mapping[str, Any], facts: Mapping[str, Any],
     fact_lines: Mapping[str, tuple[str, int]], findings: Sequence[Finding],
 ) -> int:
     """The line that states the number the assertion judged; the log's start when none does."""
-    if check is READY:
+    if check.code == READY:
         return int(numbers.get("first_error_line") or WHOLE_LOG)
-    if check is WINDOW:
+    if check.code == WINDOW:
         return window_line(numbers.get("served_max_model_len"), facts, fact_lines, findings)
     for name in evidence_facts(check, numbers, facts):
         if name in fact_lines:
@@ -404,16 +233,16 @@ def window_line(
     return WHOLE_LOG
 
 
-def evidence_facts(check: Check, numbers: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+def evidence_facts(check: Rule, numbers: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
     """The facts that gave the judged number, the best witness first."""
-    if check is CONCURRENCY and numbers.get("concurrency_known"):
+    if check.code == CONCURRENCY and numbers.get("concurrency_known"):
         return ["concurrency"] if facts.get("concurrency") is not None else ["kv_tokens"]
-    if check is KV_USAGE and numbers.get("usage_known"):
+    if check.code == KV_USAGE and numbers.get("usage_known"):
         return ["kv_usage_at_start_pct"]
     return []
 
 
-def to_finding(check: Check, source: str, numbers: Mapping[str, Any], line: int) -> Finding:
+def to_finding(check: Rule, source: str, numbers: Mapping[str, Any], line: int) -> Finding:
     return Finding(
         code=check.code,
         name=check.name,

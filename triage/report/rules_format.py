@@ -79,7 +79,7 @@ def rule_show(rule: Rule, format_name: str) -> str:
     lines += _section("How to fix", [f"{n}. {_condition(s)}" for n, s in enumerate(detail["fixes"], 1)])
     if detail["require"]:
         lines += _section("Fires only when", [detail["require"]])
-    lines += _section("Example", [detail["example"]])
+    lines += _section("Example", [detail["example"]] if detail["example"] else [])
     covered = [f"{p['id']}: {p['versions'] or 'all versions'}{' (hosted APIs)' if p['hosted'] else ''}"
                for p in detail["patterns"]]
     lines += _section(f"vLLM versions ({rule.versions or 'see patterns'})", covered)

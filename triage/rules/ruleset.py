@@ -44,6 +44,20 @@ CHECK_NAMES = {
     "recommended_kv_gib", "recommended_concurrency", "current_concurrency",
 }
 
+# Built-in rules the Python code names (by rule name or code), with the kind each must have
+# and who relies on it: a rule file that lost or renamed one is refused at load, with the
+# reason, instead of a scan that silently finds less.
+SERVER_VERSION, NON_DEFAULT_ARGS, ENGINE_CONFIG = "server-version", "non-default-args", "engine-config"
+AUTO_FIT = "max-model-len-auto-reduced"
+GATE_CODES = ("VT801", "VT802", "VT803", "VT804")
+RELIED_ON: dict[str, tuple[str, str]] = {
+    SERVER_VERSION: ("fact", "triage/diagnose/facts.py starts a startup run at it"),
+    NON_DEFAULT_ARGS: ("fact", "triage/diagnose/facts.py starts a startup run at it"),
+    ENGINE_CONFIG: ("fact", "triage/diagnose/facts.py starts a startup run at it"),
+    AUTO_FIT: ("finding", "the gate reads the window left after auto-fit from it"),
+    **{code: ("gate", "triage/diagnose/gate.py works out its numbers") for code in GATE_CODES},
+}
+
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
@@ -100,7 +114,7 @@ class Rule:
     title: str
     stage: str
     severity: str
-    kind: str  # "finding", or "fact" for lines that only tell the diagnosis something
+    kind: str  # "finding"; "fact": a line that only tells the diagnosis something; "check"; "gate"
     description: str
     keywords: list[str]
     patterns: list[Pattern]
@@ -229,6 +243,8 @@ def load_rules(extra: Iterable[str | Path] = (), builtin: bool = True) -> RuleSe
         hosted.extend(m for m in file_hosted if m not in hosted)
     _check_unique(rules)
     ruleset = RuleSet(rules, skip, hosted)
+    if builtin:
+        _check_relied_on(ruleset)
     fact_names = ruleset.fact_names
     every_name = {name for rule in rules for name in (*rule.field_types, *rule.derived)} | CHECK_NAMES
     for rule in rules:
@@ -308,8 +324,9 @@ def _parse_rule(
     line = getattr(raw, "line", 0)
     where = f"{path}:{line}"
     _unknown_keys(path, raw, RULE_KEYS, "rule")
-    required = ("keywords", "patterns") if raw.get("kind") != "check" else ("require",)
-    for key in ("code", "name", "title", *required, "examples"):
+    kind = raw.get("kind", "finding")
+    required = {"check": ("require", "examples"), "gate": ()}.get(kind, ("keywords", "patterns", "examples"))
+    for key in ("code", "name", "title", *required):
         if key not in raw:
             raise RuleError(f"{where}: rule is missing '{key}'")
     code = str(raw["code"])
@@ -321,14 +338,15 @@ def _parse_rule(
     stage = raw.get("stage", default_stage)
     if stage not in STAGES:
         raise RuleError(f"{where}: stage must be one of {', '.join(STAGES)}")
-    kind = raw.get("kind", "finding")
-    if kind not in ("finding", "fact", "check"):
+    if kind not in ("finding", "fact", "check") and not (kind == "gate" and lazy):  # gate: the built-in gate.yaml's
         raise RuleError(f"{where}: kind must be 'finding', 'fact' or 'check'")
     severity = raw.get("severity", "info")
     if severity not in SEVERITIES:
         raise RuleError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
     if kind == "check":
         return _parse_check(path, raw, where, stage, severity)
+    if kind == "gate":
+        return _parse_gate(path, raw, where, stage, severity)
     role = raw.get("role")
     if role is not None and (kind != "fact" or role not in ROLES):
         raise RuleError(f"{where}: role is for kind: fact, one of {', '.join(ROLES)}")
@@ -600,6 +618,14 @@ def _check_names(rule: Rule, fact_names: set[str]) -> None:
             raise RuleError(f"{where}: template names '{sorted(unknown)[0]}', which no pattern captures and nothing derives")
 
 
+def _check_relied_on(ruleset: RuleSet) -> None:
+    for key, (kind, why) in RELIED_ON.items():
+        rule = ruleset.by_code(key)
+        if rule is None or rule.kind != kind:
+            found = "there is none" if rule is None else f"{rule.file}:{rule.line} defines it as kind {rule.kind}"
+            raise RuleError(f"built-in rules: no {kind} rule {key} ({why}); {found}")
+
+
 def _check_unique(rules: list[Rule]) -> None:
     seen: dict[str, Rule] = {}
     for rule in rules:
@@ -664,10 +690,28 @@ def _parse_check(path: Path, raw: dict, where: str, stage: str, severity: str) -
     )
 
 
+def _parse_gate(path: Path, raw: dict, where: str, stage: str, severity: str) -> Rule:
+    """One of the gate's assertions: its numbers come from triage/diagnose/gate.py, named
+    and typed under `fields`; they are all its templates may use."""
+    fields = raw.get("fields") or {}
+    for name, declared in fields.items():
+        if declared not in DECLARED_TYPES:
+            raise RuleError(f"{where}: field {name}: type must be one of {', '.join(sorted(DECLARED_TYPES))}")
+    return Rule(
+        code=str(raw["code"]), name=str(raw["name"]), title=str(raw["title"]), stage=stage,
+        severity=severity, kind="gate", description=str(raw.get("description", "")).strip(),
+        keywords=[], patterns=[], field_types=dict(fields), derived={},
+        cause=_parse_steps(where, raw, "cause"), fixes=_parse_steps(where, raw, "fixes"),
+        references=_string_list(path, raw, "references"), examples=[], counter_examples=[],
+        versions=str(raw.get("versions", "")), deprecated_by=None, file=str(path), line=getattr(raw, "line", 0),
+    )
+
+
 def select_rules(rules: list[Rule], select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[Rule]:
     """The finding rules chosen by code, code prefix (VT1, VT30) or name; fact rules always stay,
     since every finding may need what they tell. A selector that matches no rule is an error."""
     select, ignore = list(select), list(ignore)
+    rules = [rule for rule in rules if rule.kind != "gate"]  # the gate's assertions run under `gate` alone
     for selector in select + ignore:
         if not any(_selected(rule, selector) for rule in rules):
             raise RuleError(f"--select/--ignore {selector}: matches no rule code, code prefix or rule name")
