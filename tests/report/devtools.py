@@ -144,9 +144,11 @@ class Browser:
                 return reply.get("result", {})
         raise TimeoutError(method)
 
-    def open(self, url: str, width: int, height: int = 900) -> None:
+    def open(self, url: str, width: int, height: int = 900, media: str = "") -> None:
+        """media "print": the page as it prints (its @media print rules)."""
         self.call("Emulation.setDeviceMetricsOverride", session=True, width=width, height=height,
                   deviceScaleFactor=1, mobile=width < 600)
+        self.call("Emulation.setEmulatedMedia", session=True, media=media)
         self.call("Page.navigate", session=True, url=url)
         deadline = time.monotonic() + self.timeout
         while self.evaluate("document.readyState") != "complete":

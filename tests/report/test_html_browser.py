@@ -1,6 +1,6 @@
 """The HTML report in a real browser: headless Chromium (Debian's `chromium`, which .ci/run
-installs) loads the report of fixtures of every picture kind at a phone's 390 px and a
-laptop's 1280 px, and the DOM must hold every finding with its pictures, every run's
+installs) loads the report of fixtures of every picture kind at a phone's 390 px, a
+laptop's 1280 px and as printed, and the DOM must hold every finding with its pictures, every run's
 pictures, and nothing wider than its box. Screenshots go to the test's folder (and to
 $VLLM_TRIAGE_SCREENSHOTS when set, to look at them). Skipped, saying why, only where no
 browser is installed."""
@@ -28,7 +28,7 @@ FIXTURES = [  # every kind of picture: overflow and histogram, full and partial 
     "fixtures/gate/healthy.log",
     "fixtures/runs/restart-after-kv-shortfall-v0110.log",  # a failed run, then one that started
 ]
-WIDTHS = (390, 1280)
+VIEWS = [(390, ""), (1280, ""), (794, "print")]  # a phone, a laptop, an A4 page at 96 dpi
 
 # What the page holds and what sticks out: elements wider than the page, or outside their parent.
 CHECK = """(() => {
@@ -79,12 +79,12 @@ def report(tmp_path_factory):
     return path, expected_findings, expected_runs
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_the_report_shows_every_finding_and_picture_and_nothing_overflows(browser, report, width):
+@pytest.mark.parametrize(("width", "media"), VIEWS, ids=["390px", "1280px", "print"])
+def test_the_report_shows_every_finding_and_picture_and_nothing_overflows(browser, report, width, media):
     path, expected_findings, expected_runs = report
-    browser.open(path.as_uri(), width)
+    browser.open(path.as_uri(), width, media=media)
     page = json.loads(browser.evaluate(CHECK))
-    shot = path.parent / f"report-{width}.png"
+    shot = path.parent / f"report-{width}{'-' + media if media else ''}.png"
     browser.screenshot(shot)
     if os.environ.get("VLLM_TRIAGE_SCREENSHOTS"):
         shutil.copy(shot, Path(os.environ["VLLM_TRIAGE_SCREENSHOTS"]) / shot.name)
