@@ -7,8 +7,9 @@ process with each engine (VLLM_TRIAGE_ENGINE=re, =hyperscan) on the same input, 
 anchors.txt is the tool's own list of literal anchors for that rule set (warm cache,
 whole process time, best of --repeat rounds; a round runs grep and each engine once,
 so a noisy machine slows them alike). It prints MiB/s, the multiple of grep's time,
-the scan's peak RSS (ru_maxrss of that child alone, from wait4), and whether the
-findings counted per rule equal what the generator injected.
+the scan's peak RSS (ru_maxrss of that child alone, from wait4: an upper bound, since
+Linux carries this parent's high-water mark into the child), and whether the findings
+counted per rule equal what the generator injected.
 
     python benchmarks/run.py                      # 256 MiB per shape, in benchmarks/data/
     python benchmarks/run.py --size 1G --repeat 3
