@@ -7,6 +7,8 @@ rewrites them from the current output (review the diff before committing).
 
 import json
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -206,3 +208,17 @@ def test_output_to_an_unwritable_place_is_a_one_line_error(run, tmp_path):
 )
 def test_exit_codes(run, args, code):
     assert run(*args).exit_code == code
+
+
+@pytest.mark.parametrize("format_name", ["text", "json", "jsonl", "sarif", "github", "junit", "markdown"])
+def test_formats_that_draw_no_panels_do_not_import_rich(format_name):
+    """The default on a pipe is plain text: importing rich would be a good part of its start."""
+    probe = (
+        "import sys; from triage.cli import main\n"
+        "try: main(['scan', '--format', sys.argv[1], '--fail-on', 'never', 'fixtures/startup-kv-too-small-v1.log'])\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m == 'rich' or m.startswith('rich.')), file=sys.stderr)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe, format_name], capture_output=True, text=True, cwd=ROOT)
+    assert "VT201" in run.stdout
+    assert run.stderr.strip().splitlines()[-1] == "[]"

@@ -133,7 +133,7 @@ def _placeholders(template: str) -> str:
 # rich and xml take a tenth of the start-up, which counts for a scan of a big log.
 _FORMATS = {
     "text": ("text", "render_plain"),
-    "rich": ("text", "render_rich"),
+    "rich": ("rich_format", "render_rich"),
     "json": ("json_format", "render"),
     "jsonl": ("jsonl", "render"),
     "sarif": ("sarif", "render"),

@@ -56,7 +56,7 @@ class LiveReport:
             from triage.report.json_format import finding_dict
 
             return json.dumps(finding_dict(finding), ensure_ascii=False)
-        from triage.report.text import render_finding  # rich: imported only for text output
+        from triage.report.text import render_finding
 
         return render_finding(finding)
 

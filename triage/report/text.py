@@ -1,21 +1,13 @@
-"""Human output: plain text, or rich panels on a terminal."""
+"""Human output as plain text (piped, NO_COLOR): no rich here, so the default output on a
+pipe does not pay for importing it (rich_format.py draws the panels)."""
 
 from __future__ import annotations
 
-import io
-import shutil
 from collections.abc import Iterator
 
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.text import Text
-
 from triage.report import ScanResult, by_run, facts_used, summary_line, where
-from triage.report.pictures import finding_pictures, plain_block, rich_text, run_summaries, terminal_width
+from triage.report.pictures import finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
-
-STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
-
 
 def render_plain(result: ScanResult) -> str:
     return "".join(plain_pieces(result))
@@ -66,42 +58,3 @@ def _plain_finding(finding: Finding, width: int | None = None) -> str:
 def render_finding(finding: Finding) -> str:
     """One finding as plain text: what a live stream prints as soon as it is complete."""
     return _plain_finding(finding)
-
-
-def render_rich(result: ScanResult) -> str:
-    width = min(shutil.get_terminal_size((100, 24)).columns, 120)
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=width, highlight=False)
-    for heading, findings in by_run(result.findings):
-        if heading:
-            console.rule(heading)
-        for finding in findings:
-            console.print(_panel(finding, width - 4))
-    for source, pictures in run_summaries(result):
-        console.print(Panel(Group(*(rich_text(p, width - 4) for p in pictures)), title=f"{source}: the run's memory and KV cache",
-                            title_align="left", border_style="green"))
-    console.print(Text(summary_line(result), style="bold"))
-    return buffer.getvalue()
-
-
-def _panel(finding: Finding, width: int) -> Panel:
-    style = STYLE[finding.severity]
-    body = [Text(where(finding), style="dim")]
-    if finding.excerpt:
-        body.append(Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")))
-    if finding.text is not None:  # only with --show-text
-        body.append(Text.assemble(("Full text: ", "bold"), finding.text))
-    if finding.cause:
-        body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
-    if finding.facts:
-        body.append(Text.assemble(("Figures from this run's log: ", "bold"), facts_used(finding)))
-    for number, fix in enumerate(finding.fixes, 1):
-        body.append(Text.assemble((f" {number}. ", "bold " + style), fix))
-    for picture in finding_pictures(finding):
-        body += [Text(""), rich_text(picture, width)]
-    title = Text.assemble(
-        (f"{finding.code} ", f"bold {style}"),
-        (finding.name, "bold"),
-        (f"  {finding.stage} · {finding.severity}", style),
-    )
-    return Panel(Group(*body), title=title, title_align="left", subtitle=finding.title, subtitle_align="left", border_style=style)
