@@ -47,7 +47,9 @@ BRACKETS = "()[]"
 _CJK = str.maketrans({"\u3002": ".", "\u3001": ",", "\uff61": ".", "\uff64": ",", "\u3010": "[", "\u3011": "]",
                       "\u3014": "(", "\u3015": ")", "\u2026": "..."})
 _DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
-_LONE_PUNCTUATION = re.compile(r"(?<!\d)[.,;:!?]+|[.,;:!?]+(?!\d)")
+# Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
+# line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
+_LONE_PUNCTUATION = re.compile(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)")
 
 
 def normalise(text: str) -> str:
@@ -78,9 +80,10 @@ class LooseMatch:
     fields: dict[str, str]  # the named groups that matched, as text
     start: int
     end: int
-    score: int  # matched characters less those other words took: the better reading wins
+    score: int  # matched characters of the message's own words (not values, not other words): the better reading wins
     complete: bool  # the chain reached the pattern's end (False: cut short or tail replaced)
     values_read: bool  # it reached past the last value: only the tail may be missing
+    head_end: int  # where its head ends in the text
 
 
 def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
@@ -88,11 +91,12 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
     if match is None:
         return None
     groups = match.groupdict()
-    soft = sum(len(value) for name, value in groups.items() if name.startswith("_s") and value)
+    # what other words took, and what free-form groups took (a \w+ runs on where spaces are gone)
+    soft = sum(len(value) for name, value in groups.items() if value and (name.startswith("_s") or not name.startswith("_")))
     fields = {name: groups[name] for name in pattern.fields if groups.get(name) is not None}
     fields = {name: value for name, value in fields.items() if not value.startswith("{")}  # a source line's placeholder
     return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
-                      groups.get("_end") is not None, groups.get("_v") is not None)
+                      groups.get("_end") is not None, groups.get("_v") is not None, match.end("_h"))
 
 
 def derive_loose(source: str) -> LoosePattern | None:
@@ -122,13 +126,14 @@ def derive_loose(source: str) -> LoosePattern | None:
     chain = "(?P<_end>)"
     steps = _steps(segments[head_end + 1 :], emitter)
     last_value = max((i for i, (_, holds) in enumerate(steps) if holds), default=-1)
+    head += "(?P<_h>)"  # where the head ends: a cut before it is no finding
     if last_value < 0:
         head += "(?P<_v>)"  # no value after the head: it is all there is to read
     for index in range(len(steps) - 1, -1, -1):
         step = steps[index][0].replace("{soft}", f"_s{index}")
         chain = f"(?:{step}{'(?P<_v>)' if index == last_value else ''}{chain})?"
     head_text = " ".join(content for literal, content in segments[: head_end + 1] if literal)
-    pieces = re.findall(r"[A-Za-z0-9]+", _plain(head_text))
+    pieces = [p for literal, content in segments[: head_end + 1] if literal for p in re.findall(r"[A-Za-z0-9]+", _plain(content))]
     probe = max(pieces, key=len).lower() if pieces else ""
     words = [w for w in re.findall(r"[A-Za-z][a-z]+", head_text) if len(w) >= PROBE_WORD]
     return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
@@ -156,7 +161,11 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
 
 def _holds_any(segment: tuple[bool, Any]) -> bool:
     literal, items = segment
-    return not literal and any(op in _REPEATS and any(o is sre_constants.ANY for o, _ in value[2]) for op, value in items)
+    c = sre_constants
+    return not literal and any(
+        op in _REPEATS and any(o is c.ANY or o is c.NOT_LITERAL or o is c.IN and any(m is c.NEGATE for m, _ in v)
+                               for o, v in value[2])
+        for op, value in items)
 
 
 def _alnum(text: str) -> int:
@@ -224,8 +233,10 @@ class _Emitter:
             if not inner:
                 return ""
             bounds = _bounds(low, high)
-            # lazy only over any-character: a lazy class would stop short of an optional bracket
-            lazy = "?" if op is c.MIN_REPEAT and any(o is c.ANY for o, _ in items) else ""
+            # lazy only over a gap (any character, a negated class): a lazy class of a few
+            # characters ("v[\d.]+?") would stop short of an optional bracket
+            gap = any(o is c.ANY or o is c.NOT_LITERAL or o is c.IN and any(m is c.NEGATE for m, _ in v) for o, v in items)
+            lazy = "?" if op is c.MIN_REPEAT and gap else ""
             return f"(?:{inner}){bounds}{lazy}"
         if op in (c.ASSERT, c.ASSERT_NOT):
             direction, items = value

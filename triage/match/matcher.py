@@ -19,10 +19,11 @@ moves, passing over the bytes of request-log lines, so no separate pass counts t
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triage.input.reader import Chunk
@@ -78,9 +79,14 @@ LOOSE_AHEAD = 14
 LOOSE_TEXT = 2400
 LOOSE_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{6,}(?![A-Za-z])")
 LOOSE_WORDS_PER_PATTERN = 3
+# An input this small (one first chunk: a paste, an issue, a chat message) is also swept
+# whole in the loose form, so a message whose every anchor was broken by the wrapping is
+# still found; a server's log is larger and keeps to the anchor pass.
+PASTE_SIZE = 256 * 1024
+PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at most
 RARE_BYTE = 6  # anchors.byte_cost of the rarest byte a loose word must hold
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
-LOOSE_MORE_VALUES = 24  # a number this close after the last value read: a message with more values
+LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
 
 
@@ -89,6 +95,19 @@ class _Cursor:
     """Line numbering and de-duplication across the chunks of one input."""
 
     consumed_until: int = 0  # last line already used by a joined (wrapped) match
+    started: dict[int, set[tuple[str, bool]]] = field(default_factory=dict)  # recent lines that began an event: (rule, finding)
+
+    def mark(self, events: list[Event]) -> None:
+        for event in events:
+            self.started.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
+        if len(self.started) > 4 * LOOSE_AHEAD:
+            for line in sorted(self.started)[: -2 * LOOSE_AHEAD]:
+                del self.started[line]
+
+    def taken(self, first: int, last: int, code: str) -> bool:
+        """Lines first..last hold the start of another finding, or of this rule: the loose form
+        must not read a message again, nor run over one (a fact inside it, a config key, may)."""
+        return any(finding or seen == code for line in range(first, last + 1) for seen, finding in self.started.get(line, ()))
     warnings: list[str] = field(default_factory=list)
 
 
@@ -251,6 +270,8 @@ class Matcher:
         if self.engine is None:
             return data.count(b"\n", 0, end)
         candidates, lines = self._candidates(data, end, first_line)
+        if first_line == 1 and end <= PASTE_SIZE and not self.live:
+            candidates = self._with_paste_sweep(data, end, candidates)
         tail_start = _start_of_last_lines(data, CONTEXT_LINES, end)
         head_end = _end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
         events: list[Event] = []
@@ -265,10 +286,10 @@ class Matcher:
                         alone = self._match_alone(source, buffer, offset, line_no, cursor)
                         reported = frozenset(event.rule.code for event in alone)
                         events += alone
-                    pending.append(_Pending(buffer, offset, line_no, reported))
+                    pending.append(_Pending(buffer, offset, line_no, reported, selection.loose))
                 elif line_start < head_end:
                     buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
-                    events += self._match_at(source, buffer, offset, line_no, cursor)
+                    events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose)
                 elif selection.every or selection.loose:
                     events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
                 if len(events) >= EVENT_BURST:
@@ -279,6 +300,54 @@ class Matcher:
             raise
         yield from events
         return lines
+
+    def _with_paste_sweep(
+        self, data: bytes | bytearray, end: int, candidates: list[tuple[int, int, int, _Selection]]
+    ) -> list[tuple[int, int, int, _Selection]]:
+        """The candidates, and the lines of a small input where a pattern's head starts in the
+        loose form of the whole input (its lines joined), for the second try."""
+        starts, forms, position, line_no = [], [], 0, 1
+        while position < end:
+            line_end = data.find(b"\n", position, end)
+            line_end = end if line_end < 0 else line_end
+            raw = bytes(data[position:line_end])
+            if len(raw) <= MAX_JOIN_LINE and not any(marker in raw for marker in self.skip_markers):
+                starts.append((position, line_end, line_no))
+                forms.append(normalise(STRING_PREFIX.sub("", parse_line(raw).text)).lower())
+            position, line_no = line_end + 1, line_no + 1
+        joined, offsets, total = "".join(forms), [], 0
+        for form in forms:
+            offsets.append(total)
+            total += len(form)
+        added: dict[int, list[_Target]] = {}
+        for target in self._all_targets():
+            if target.loose is False:
+                target.loose = derive_loose(target.pattern.compiled.pattern)
+            pattern = target.loose
+            if pattern is None or not pattern.probe:  # type: ignore[union-attr]
+                continue
+            at = joined.find(pattern.probe)  # type: ignore[union-attr]
+            for _ in range(PASTE_HITS):
+                if at < 0:
+                    break
+                added.setdefault(bisect.bisect_right(offsets, at) - 1, []).append(target)
+                at = joined.find(pattern.probe, at + 1)  # type: ignore[union-attr]
+        if not added:
+            return candidates
+        listed = {candidate[2]: candidate for candidate in candidates}
+        for index, targets in added.items():
+            start, stop, number = starts[index]
+            known = listed.get(number)
+            if known is not None:
+                targets = [*known[3].loose, *(t for t in targets if t not in known[3].loose)]
+                listed[number] = (start, stop, number, replace(known[3], loose=targets))
+            else:
+                listed[number] = (start, stop, number, _Selection([], [], True, targets))
+        return [listed[number] for number in sorted(listed)]
+
+    def _all_targets(self) -> list[_Target]:
+        every = {(t.rule_index, t.pattern_index): t for targets in self.targets.values() for t in targets}
+        return [every[key] for key in sorted(every) if every[key].rule.kind == "finding"]
 
     def _candidates(
         self, data: bytes | bytearray, end: int, first_line: int
@@ -316,14 +385,16 @@ class Matcher:
         for deferred in pending:
             if deferred.line_no > cursor.consumed_until:
                 buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
-                yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported)
+                yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported,
+                                          deferred.loose)
 
     def _match_at(
         self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
-        reported: frozenset[str] = frozenset(),
+        reported: frozenset[str] = frozenset(), loose: list[_Target] | None = None,
     ) -> list[Event]:
-        """The events of a candidate line in a small buffer that holds its neighbours (a seam)."""
-        found = self._line_in(buffer, line_start, line_no)
+        """The events of a candidate line in a small buffer that holds its neighbours (a seam).
+        loose: the patterns chosen for its second try where it was found (a paste's sweep)."""
+        found = self._line_in(buffer, line_start, line_no, loose or [])
         if found is None:
             return []
         selection, lines = found
@@ -338,6 +409,7 @@ class Matcher:
         rest = [t for t in targets if self._cut_short(t, text)]
         events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
         self._mark_hosted(events, lines, selection)
+        cursor.mark(events)
         return events
 
     def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor) -> list[Event]:
@@ -349,14 +421,19 @@ class Matcher:
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
         self._mark_hosted(events, lines, selection)
+        cursor.mark(events)
         return events
 
-    def _line_in(self, buffer: bytes, line_start: int, line_no: int) -> tuple[_Selection, _Lines] | None:
+    def _line_in(
+        self, buffer: bytes, line_start: int, line_no: int, loose: list[_Target] = ()  # type: ignore[assignment]
+    ) -> tuple[_Selection, _Lines] | None:
         """A candidate line in a small buffer of its own and its neighbours: the patterns it
-        may match and the lines, or None when it holds no pattern's anchor."""
+        may match and the lines, or None when it holds no pattern's anchor (nor `loose`)."""
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
         selection = self._targets_in(buffer, line_start, line_end)
+        if loose:
+            selection = replace(selection, loose=[*selection.loose, *(t for t in loose if t not in selection.loose)])
         return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every or selection.loose else None
 
     def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> _Selection:
@@ -370,7 +447,8 @@ class Matcher:
             for anchor in held:
                 for target in self.loose_targets.get(anchor, ()):
                     chosen.setdefault((target.rule_index, target.pattern_index), target)
-            loose = [chosen[key] for key in sorted(chosen)]
+            # the second try is for findings: a fact's free-text value would run on over the lines
+            loose = [chosen[key] for key in sorted(chosen) if chosen[key].rule.kind == "finding"]
             hosted = any(t.rule.stage in HOSTED_STAGES for t in loose)
             selection = _Selection(every, [t for t in every if t.needs <= held], hosted, loose)
             if len(self._targets_for) < MAX_TARGET_SETS:
@@ -382,17 +460,26 @@ class Matcher:
     def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
+        if events and lines.glued_after(0):  # "... to 79" / "216 to fit": the number goes on below
+            events = [event for event in events if not parts.text.endswith(event.excerpt)]
         targets = selection.every
-        if not events and targets:
-            events = self._match_wrapped(source, lines, targets, cursor)
-        if not events and selection.loose:
-            events = self._match_loose(source, lines, selection.loose, cursor)
+        if not events:
+            if targets:
+                events = self._match_wrapped(source, lines, targets, cursor)
+            elif self._strict_below(lines):
+                return []  # found by the paste sweep alone: the next lines' exact patterns go first, then their second try
         elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
             matched = {event.rule.code for event in events}
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
             if rest:
                 events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
+        if selection.loose and not any(event.rule.kind == "finding" for event in events):
+            # a fact read from a wrapped window (a config key) may sit inside a damaged message
+            matched = {event.rule.code for event in events}
+            cursor.mark(events)
+            events += self._match_loose(source, lines, [t for t in selection.loose if t.rule.code not in matched], cursor)
         self._mark_hosted(events, lines, selection)
+        cursor.mark(events)
         return events
 
     def _match_loose(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
@@ -400,8 +487,8 @@ class Matcher:
         neighbours joined in the loose form. At most one event, the pattern that reads the
         most of it; the lines it used are not looked at again."""
         window = _LooseWindow(lines, self.skip_marker_texts)
-        best: tuple[LooseMatch, _Target] | None = None
-        for target in targets:
+        readings: list[tuple[LooseMatch, _Target]] = []
+        for target in self._window_targets(lines, window, targets):
             if target.loose is False:
                 target.loose = derive_loose(target.pattern.compiled.pattern)
             pattern = target.loose
@@ -414,13 +501,25 @@ class Matcher:
                 continue
             if found is not None and not found.complete and not self._stops_as_pasted(found, window):
                 continue
-            if found is not None and (best is None or found.score > best[0].score):
-                best = (found, target)
-        if best is None:
+            if found is not None:
+                readings.append((found, target))
+        if not readings:
             return []
-        found, target = best
+        best = max(readings, key=lambda reading: reading[0].score)  # the first of the best: file order
+        # other rules whose message is there whole too (a metrics line is two findings)
+        others = [r for r in readings if r[0].complete and r[1].rule.code != best[1].rule.code]
+        events: list[Event] = []
+        for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
+            events += self._loose_event(source, lines, window, found, target, cursor)
+        return events
+
+    def _loose_event(
+        self, source: str, lines: _Lines, window: _LooseWindow, found: LooseMatch, target: _Target, cursor: _Cursor
+    ) -> list[Event]:
         first, last = window.lines_of(found.start, found.end)
         if first > 0:  # its head is on a later line: that line's own turn (the exact patterns first)
+            return []
+        if cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code):
             return []
         parts = lines.parts(first)
         text = window.original(first, last, found.start)
@@ -432,14 +531,37 @@ class Matcher:
         cursor.consumed_until = max(cursor.consumed_until, lines.line_no + last)
         return [Event(target.rule, record, fields, text[:MAX_EXCERPT], target.pattern.id, target.pattern.hosted)]
 
+    def _strict_below(self, lines: _Lines) -> list[_Target]:
+        """The exact patterns whose anchors the next lines hold (a message wrapped onto them)."""
+        chosen: dict[tuple[int, int], _Target] = {}
+        for offset in range(1, CONTEXT_LINES + 1):
+            bounds = lines._bounds(offset)
+            if bounds is not None:
+                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).every:
+                    chosen.setdefault((target.rule_index, target.pattern_index), target)
+        return [chosen[key] for key in sorted(chosen)]
+
+    def _window_targets(self, lines: _Lines, window: _LooseWindow, targets: list[_Target]) -> list[_Target]:
+        """The candidate's patterns and those whose anchors its neighbours hold: a wrapped
+        message's own anchors may all be on other lines than the one that made it a candidate."""
+        chosen = {(t.rule_index, t.pattern_index): t for t in targets}
+        for offset in range(window.first, window.first + len(window.texts)):
+            bounds = lines._bounds(offset) if offset else None
+            if bounds is not None:
+                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).loose:
+                    chosen.setdefault((target.rule_index, target.pattern_index), target)
+        return [chosen[key] for key in sorted(chosen)]
+
     @staticmethod
     def _stops_as_pasted(found: LooseMatch, window: _LooseWindow) -> bool:
         """A loose match that stops short is a paste of its message only when the text stops
         there too (a cut), or when only its closing words were replaced and no further number
         follows. Otherwise the text goes on as another message with the same head."""
         rest, ends_sentence = window.rest_of_line(found.end)
+        rest = rest.strip(".,;:!?")
         if found.values_read:
-            return not any(c.isdigit() for c in rest[:LOOSE_MORE_VALUES])
+            following = window.text()[found.end : found.end + LOOSE_MORE_VALUES]
+            return not any(c.isdigit() for c in following)
         return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
 
     def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
@@ -464,10 +586,13 @@ class Matcher:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
+            glued = lines.glued_after(after)
             for joined in _joins(texts):
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
                 )
+                if glued:
+                    events = [event for event in events if not joined.endswith(event.excerpt)]
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     return events
@@ -815,6 +940,7 @@ class _Pending:
     offset: int
     line_no: int
     reported: frozenset[str]  # rules already reported for it on its own (live)
+    loose: list[_Target]  # the patterns of its second try
 
 
 class _Lines:
@@ -859,6 +985,16 @@ class _Lines:
         if REWRITTEN.search(self.buffer, self.start, self.end):
             return selection.every
         return selection.alone
+
+    def glued_after(self, offset: int) -> bool:
+        """The line at offset ends in a digit and the next line goes on with one, not a record
+        of its own: a number was hard-wrapped there ("to 79" / "216 to fit")."""
+        text = self.parts(offset).text
+        bounds = self._bounds(offset + 1)
+        if not text or not text[-1].isdigit() or bounds is None:
+            return False
+        following = self.parts(offset + 1).text
+        return bool(following) and following[0].isdigit() and NEW_RECORD.match(self.buffer, bounds[0], bounds[1]) is None
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""

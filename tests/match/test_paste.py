@@ -1,0 +1,274 @@
+"""vLLM's messages as people paste them: every rule example, damaged the ways a message is
+damaged between vLLM and a clipboard, still gives its rule with every number that survived.
+
+Damages (issue 15): hard-wrapped at a fixed width (mid-word, mid-number; the continuation
+lines bare, indented, or carrying the process tag again), cut after a number, backticks
+lost, quotes made curly or CJK, CJK prose around the message on the same line, a markdown
+quote in front; each alone and two at a time. Decoys (prompts, prose naming a knob) stay
+silent.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from triage.match.loose import derive_loose, loose_match, normalise
+from triage.rules.ruleset import load_rules
+
+RULES = load_rules()
+PROCESS_TAG = re.compile(r"^\((?:[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ")
+WIDTHS = range(40, 161)
+WIDTH_STEP = 3  # each example meets every third width, the examples between them the others
+
+
+def _numbers(fields: dict) -> dict:
+    return {k: v for k, v in fields.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _cases() -> list[tuple[str, int, object]]:
+    cases = []
+    for rule in RULES.rules:
+        for index, example in enumerate(rule.examples):
+            if "\n" not in example.text.strip() and rule.kind == "finding":
+                cases.append((rule.code, index, example))
+    return cases
+
+
+CASES = _cases()
+IDS = [f"{code}-{index}" for code, index, _ in CASES]
+# Not yet read through these damages (left open in issue 15's report): VT303 and VT206 carry
+# optional clauses between their values, VT108 a value only the exact form tells from its
+# neighbours, VT407/VT304/VT203 a cut inside a clause their loose form keeps fixed.
+KNOWN_GAPS = {
+    "wrap": {"VT302-0", "VT206-0", "VT108-0", "VT108-1", "VT303-1", "VT303-2", "VT206-2", "VT206-3"},
+    "cut": {"VT407-1", "VT303-1", "VT303-2", "VT304-1", "VT206-0", "VT206-1", "VT206-2", "VT206-3"},
+    "requote": {"VT303-1", "VT303-2", "VT206-3"},  # with CJK brackets and commas
+    "pairs": {"VT301-2", "VT201-3"},  # CJK commas inside its optional clauses, and wrapped
+}
+SOUND = [case for case, name in zip(CASES, IDS, strict=True) if not any(name in gaps for gaps in KNOWN_GAPS.values())]
+
+
+def _marked(kind: str) -> list:
+    gap = pytest.mark.xfail(strict=kind != "requote", reason="issue 15: not read through this damage yet")
+    return [pytest.param(*case, id=name, marks=[gap] if name in KNOWN_GAPS[kind] else [])
+            for case, name in zip(CASES, IDS, strict=True)]
+
+
+def _loose_patterns(code: str) -> list:
+    rule = RULES.by_code(code)
+    return [lp for p in rule.patterns for lp in [derive_loose(p.compiled.pattern)] if lp is not None]
+
+
+def _value_ends(code: str, text: str) -> dict[str, int]:
+    """Where each numeric field's text ends in the example (the exact pattern's groups)."""
+    rule = RULES.by_code(code)
+    for pattern in rule.patterns:
+        match = pattern.compiled.search(text)
+        if match:
+            return {name: match.end(name) for name in pattern.fields if match.group(name) is not None}
+    return {}
+
+
+def _head_end(code: str, text: str) -> int | None:
+    """Where the head of the example's message ends in the example (None: it has no loose form)."""
+    form = normalise(text)
+    found = [m for lp in _loose_patterns(code) for m in [loose_match(lp, form, 1.0)] if m]
+    if not found:
+        return None
+    head = max(found, key=lambda m: m.score).head_end
+    for cut in range(len(text) + 1):  # the first raw offset whose loose form holds the head
+        if len(normalise(text[:cut])) >= head:
+            return cut
+    return None
+
+
+def wrap(text: str, width: int, style: int) -> str:
+    """Hard-wrapped at `width` columns, mid-word and mid-number as a terminal does.
+    style 0: bare continuations; 1: indented; 2: the process tag again; 3: CRLF and indented."""
+    pieces = [text[i : i + width] for i in range(0, len(text), width)]
+    tag = PROCESS_TAG.match(text)
+    lead = {0: "", 1: "    ", 2: tag.group(0) if tag else "", 3: "  "}[style]
+    newline = "\r\n" if style == 3 else "\n"
+    return newline.join([pieces[0], *(lead + piece for piece in pieces[1:])])
+
+
+def curly(text: str) -> str:
+    out, opening = [], True
+    for char in text:
+        if char == "'":
+            out.append("\u2019")
+        elif char == '"':
+            out.append("\u201c" if opening else "\u201d")
+            opening = not opening
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def cjk_quotes(text: str) -> str:
+    return text.replace("'", "\u2019").replace("(", "\uff08").replace(")", "\uff09").replace(", ", "\uff0c")
+
+
+def no_backticks(text: str) -> str:
+    return text.replace("`", "")
+
+
+def cjk_prose(text: str) -> str:
+    return f"我们的服务启动失败，日志里是：「{text}」请问应该怎么调整？"
+
+
+def quoted(text: str) -> str:
+    return "\n".join("> " + line for line in text.split("\n"))
+
+
+def rivals(code: str, text: str) -> set[str]:
+    """The rules whose message the text (cut short) may just as well be the start of: their
+    loose form reads it as far as this rule's does (the same head and numbers so far)."""
+    form = normalise(text)
+    reach = {
+        rule.code: max((m.end for p in rule.patterns for lp in [derive_loose(p.compiled.pattern)] if lp
+                        for m in [loose_match(lp, form, 1.0)] if m), default=-1)
+        for rule in RULES.rules if rule.kind == "finding"
+    }
+    return {other for other, end in reach.items() if end >= reach.get(code, 0) >= 0}
+
+
+def found(matcher, text: str, code: str, cut: bool = False) -> list[dict]:
+    codes = rivals(code, text) | {code} if cut else {code}
+    return [event.fields for event in matcher.scan_text("paste.log", text) if event.rule.code in codes]
+
+
+def assert_numbers(matcher, text: str, code: str, expected: dict, by_name: bool = True) -> None:
+    """The rule fires with these numbers. by_name False (a cut): the values, under any of the
+    rule's names, since a cut may leave open which wording it was ("However, you requested
+    4000" goes on as a total in one and as output tokens in another); for the same reason a
+    rule whose message starts the same way as far as the cut goes will do."""
+    readings = found(matcher, text, code, cut=not by_name)
+    assert readings, f"{code} not found in:\n{text}"
+    want = _numbers(expected)
+
+    def holds(reading: dict) -> bool:
+        if by_name:
+            return all(reading.get(k) == pytest.approx(v) for k, v in want.items())
+        values = sorted(v for v in _numbers(reading).values())
+        return all(any(v == pytest.approx(w) for v in values) for w in want.values())
+
+    assert any(holds(reading) for reading in readings), f"{code}: numbers {want} not read from:\n{text}\ngot {readings}"
+
+
+@pytest.mark.parametrize(("code", "index", "example"), _marked("wrap"))
+def test_every_wrap_width_keeps_the_rule_and_its_numbers(matcher, code, index, example):
+    text = example.text.strip()
+    if not _loose_patterns(code) or len(text) <= WIDTHS[0]:
+        pytest.skip("no loose form (its head is too short to tell it) or too short to wrap")
+    for width in WIDTHS[index % WIDTH_STEP :: WIDTH_STEP]:
+        if width < len(text):
+            assert_numbers(matcher, wrap(text, width, width % 4), code, example.fields)
+
+
+@pytest.mark.parametrize(("code", "index", "example"), _marked("cut"))
+def test_a_cut_after_each_number_keeps_the_numbers_before_it(matcher, code, index, example):
+    text = example.text.strip()
+    head = _head_end(code, text)
+    ends = _value_ends(code, text)
+    if head is None or not ends:
+        pytest.skip("no loose form or no value to cut after")
+    numbers = _numbers(example.fields)
+    for _, end in sorted(ends.items(), key=lambda item: item[1]):
+        cut = text[:end]
+        if end < head:
+            continue  # cut inside its head: not told from prose
+        survived = {k: v for k, v in numbers.items() if k in ends and ends[k] <= end}
+        assert_numbers(matcher, cut, code, survived, by_name=False)
+
+
+DAMAGES = {
+    "curly": curly, "cjk-quotes": cjk_quotes, "backticks": no_backticks, "cjk-prose": cjk_prose, "quoted": quoted,
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize(("code", "index", "example"), _marked("requote"))
+def test_requoting_and_prose_around_keep_the_rule_and_its_numbers(matcher, code, index, example, damage):
+    if not _loose_patterns(code):
+        pytest.skip("no loose form")
+    assert_numbers(matcher, DAMAGES[damage](example.text.strip()), code, example.fields)
+
+
+@settings(max_examples=250, deadline=None, derandomize=True)
+@given(st.sampled_from(SOUND), st.sampled_from(sorted(DAMAGES)), st.integers(40, 160), st.integers(0, 3),
+       st.booleans(), st.data())
+def test_two_damages_at_a_time(matcher, case, damage, width, style, cut_first, data):
+    """Each pair: a re-quoting or prose damage with a wrap, or with a cut after a number."""
+    code, _, example = case
+    text = example.text.strip()
+    if not _loose_patterns(code):
+        return
+    numbers = _numbers(example.fields)
+    if cut_first:
+        ends = _value_ends(code, text)
+        head = _head_end(code, text)
+        usable = sorted(end for end in ends.values() if head is not None and end >= head)
+        if not usable:
+            return
+        end = data.draw(st.sampled_from(usable))
+        numbers = {k: v for k, v in numbers.items() if k in ends and ends[k] <= end}
+        assert_numbers(matcher, DAMAGES[damage](text[:end]), code, numbers, by_name=False)
+    else:
+        assert_numbers(matcher, wrap(DAMAGES[damage](text), width, style), code, numbers)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.sampled_from(SOUND), st.integers(40, 160), st.integers(0, 3), st.data())
+def test_wrapped_and_cut(matcher, case, width, style, data):
+    code, _, example = case
+    text = example.text.strip()
+    ends = _value_ends(code, text)
+    head = _head_end(code, text)
+    usable = sorted(end for end in ends.values() if head is not None and end >= head)
+    if not usable:
+        return
+    end = data.draw(st.sampled_from(usable))
+    numbers = {k: v for k, v in _numbers(example.fields).items() if k in ends and ends[k] <= end}
+    assert_numbers(matcher, wrap(text[:end], width, style), code, numbers, by_name=False)
+
+
+DECOYS = [
+    # prose naming the knobs, with numbers, and no vLLM message
+    "I set --max-model-len 32768 and --gpu-memory-utilization 0.9 but the max seq len is still 131072?",
+    "Our max_num_batched_tokens is 8192 and max_model_len is 32768, is chunked prefill needed?",
+    "The maximum context length of this model is 8192 tokens according to the model card.",
+    "KV cache is needed for 131072 tokens, which is larger than what I expected (9.67 GiB).",
+    "我把 max_model_len 设成了 32768，gpu_memory_utilization 是 0.9，这样可以吗？",
+    # a prompt quoting a vLLM message, in vLLM's request log (wrapped too)
+    "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-1: prompt: 'Why does vLLM say This model's "
+    "maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in "
+    "the completion). Please reduce the length of the messages or completion.', params: SamplingParams(n=1)",
+    # the source line of a traceback naming a knob
+    "    scheduler_config = SchedulerConfig(self.max_num_batched_tokens,",
+]
+
+
+@pytest.mark.parametrize("text", DECOYS)
+def test_prose_and_prompts_stay_silent(matcher, text):
+    events = matcher.scan_text("chat.txt", text)
+    assert [e for e in events if e.rule.kind == "finding"] == []
+
+
+def test_a_traceback_with_only_the_raise_source_lines_names_the_message(matcher):
+    """The last line of the traceback is cut off; the raise statement's string pieces tell it."""
+    text = "\n".join([
+        'Traceback (most recent call last):',
+        '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 512, in raise_if_cache_size_invalid',
+        "    raise ValueError(",
+        "        f\"The model's max seq len ({max_model_len}) \"",
+        '        "is larger than the maximum number of tokens that can be "',
+        "        f\"stored in KV cache ({max_seq_len}). Try increasing \"",
+        '        "`gpu_memory_utilization` or decreasing `max_model_len` when "',
+    ])
+    codes = [e.rule.code for e in matcher.scan_text("traceback.txt", text)]
+    assert codes == ["VT201"]
