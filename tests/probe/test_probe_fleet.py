@@ -145,6 +145,13 @@ def test_text_report(prometheus, servers):
     text = result.stdout
     assert text.startswith("queries:\n  sum by (le, model_name)")
     assert "worst instances" in text and servers["b"].target in text and "histogram_quantile" in text
+    models = [line for line in text.splitlines() if line.startswith("  ") and "requests/s" in line]
+    assert len(models) == 2  # one line per model
+    c = servers["c"].served[0]
+    (line_c,) = [line for line in models if line.startswith(f"  {c.model}:")]
+    assert "--max-model-len" in line_c and "p99 prompt <= " in line_c
+    details = probe("--prometheus", prometheus, "--range", RANGE, "--details").stdout
+    assert details.count("percentiles are upper bounds") == 2 and "percentiles are upper bounds" not in text
 
 
 def test_bad_prometheus_input(prometheus, servers):

@@ -26,11 +26,13 @@ RANGE_HELP = "With --prometheus: the window of the rates, in Prometheus's durati
     "--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 120),
     help="Seconds for each HTTP request (no retries).",
 )
+@click.option("--details", is_flag=True, help="With --prometheus: each model's percentile table too, not one line per model.")
 @click.option("--format", "format_name", default="text", show_default=True, type=click.Choice(["text", "json"]))
 @click.option("--fail-on", default="warning", show_default=True, type=click.Choice(["warning", "never"]),
               help="Exit 1 when a warning is found (preemptions, a full KV cache with requests waiting, refused requests).")
 def probe(target: str | None, prometheus_url: str | None, selector: str, range_: str, show_queries: bool,
-          log_path: str | None, max_model_len: int | None, timeout: float, format_name: str, fail_on: str) -> None:
+          log_path: str | None, max_model_len: int | None, timeout: float, details: bool, format_name: str,
+          fail_on: str) -> None:
     """Size --max-model-len from a server's /metrics (URL, saved FILE or -) or a fleet through Prometheus."""
     from triage.probe.fetch import ProbeError
 
@@ -40,7 +42,8 @@ def probe(target: str | None, prometheus_url: str | None, selector: str, range_:
         if prometheus_url is not None:
             if log_path:
                 fail("--log joins one server's log; with --prometheus, ship the logs to Loki (rules export --format loki)")
-            text, warned = probe_fleet(prometheus_url, selector, range_, show_queries, max_model_len, timeout, format_name)
+            shown = "json" if format_name == "json" else ("details" if details else "text")
+            text, warned = probe_fleet(prometheus_url, selector, range_, show_queries, max_model_len, timeout, shown)
         else:
             text, warned = probe_server(target or "-", log_path, max_model_len, timeout, format_name)
     except ProbeError as error:
@@ -94,12 +97,16 @@ def read_log(path: str):
 
 
 def probe_fleet(url: str, selector: str, range_: str, show_queries: bool, max_model_len: int | None,
-                timeout: float, format_name: str) -> tuple[str, bool]:
+                timeout: float, shown: str) -> tuple[str, bool]:
+    """shown: json, text (one line per model) or details (each model's table too)."""
     from triage.probe.fleet import read_fleet
     from triage.report.probe_format import render_fleet, render_fleet_json
 
     fleet = read_fleet(url, selector, range_, max_model_len, timeout)
-    render = render_fleet_json if format_name == "json" else render_fleet
-    text = render(url, selector, range_, fleet.models, fleet.estimates, fleet.worst, fleet.queries if show_queries else ())
+    ran = fleet.queries if show_queries else ()
+    if shown == "json":
+        text = render_fleet_json(url, selector, range_, fleet.models, fleet.estimates, fleet.worst, ran)
+    else:
+        text = render_fleet(url, selector, range_, fleet.models, fleet.estimates, fleet.worst, ran, details=shown == "details")
     return text, any(s.warnings for s in fleet.models)
 

@@ -154,9 +154,32 @@ def warnings_block(models: Sequence[ModelSizing]) -> list[str]:
     return ["warnings:"] + [f"  {model}: {warning}" for model, warning in found]
 
 
+def fleet_line(sizing: ModelSizing, estimates: Mapping[str, Mapping[int, float]]) -> str:
+    """One model of a fleet: its rate, the p99s (bound and estimate), the window advice, the pressure."""
+    p99s = []
+    for short, found in sizing.percentiles.items():
+        estimate = estimates.get(short, {}).get(99)
+        p99s.append(f"{short} {bound(found[99])}" + (f" (~{estimate:,.0f})" if estimate is not None else ""))
+    parts = [f"{sizing.requests:,.2f} requests/s", "p99 " + ", ".join(p99s) if p99s else "no histograms"]
+    figures = sizing.figures
+    if "recommended_max_model_len" in figures:
+        advice = f"--max-model-len {figures['recommended_max_model_len']:,}"
+        if "recommended_concurrency" in figures:
+            advice += f" ({figures['recommended_concurrency']:,} sequences fit)"
+        parts.append(advice)
+    elif sizing.stand_in_floor is not None:
+        parts.append(f"stand-in above {sizing.stand_in_floor:,}: no window from the buckets")
+    if sizing.preemptions:
+        parts.append(f"{sizing.preemptions:,.0f} preemptions")
+    if sizing.usage is not None:
+        parts.append(f"peak usage {sizing.usage:.1%}")
+    return f"  {sizing.model}: " + "; ".join(parts)
+
+
 def render_fleet(source: str, selector: str, range_: str, models: Sequence[ModelSizing],
                  estimates: Mapping[str, Mapping[str, Mapping[int, float]]], instances: Sequence[Mapping[str, Any]],
-                 queries: Sequence[str] = ()) -> str:
+                 queries: Sequence[str] = (), details: bool = False) -> str:
+    """One line per model and the worst instances; details: each model's whole block too."""
     lines = []
     if queries:
         lines.append("queries:")
@@ -164,7 +187,9 @@ def render_fleet(source: str, selector: str, range_: str, models: Sequence[Model
     lines.append(f"vllm-triage probe: Prometheus {source}, series {selector or '{}'} over the last {range_}")
     if not models:
         lines.append("no vLLM request histograms in that range")
-    for sizing in models:
+    lines.append(f"models ({BOUND_NOTE}; ~N: histogram_quantile; sizing from {STAND_IN_NOTE.split(',')[0]}):")
+    lines.extend(fleet_line(sizing, estimates.get(sizing.model, {})) for sizing in models)
+    for sizing in models if details else ():
         lines.extend(model_block(sizing, estimates.get(sizing.model), now=False))
     if instances:
         lines.append("worst instances (preemptions in the range, then peak KV-cache usage, then peak waiting):")
