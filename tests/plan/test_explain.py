@@ -83,3 +83,23 @@ def test_an_unknown_topic_is_a_usage_error_that_lists_the_topics():
 def test_find_topic_ignores_case_and_underscores():
     assert find_topic("MAX_NUM_BATCHED_TOKENS").topic == "max-num-batched-tokens"
     assert find_topic("nonsense") is None
+
+
+@pytest.mark.parametrize(("args", "columns"), [(("--format", "text"), "160"), (("--format", "text"), "60"),
+                                               (("--format", "rich"), "80")])
+def test_explain_below_a_wide_terminal_is_a_list_that_breaks_no_identifier(args, columns):
+    out = CliRunner().invoke(main, ["explain", *args], env={"COLUMNS": columns}).stdout
+    assert "┃" not in out and "│" not in out  # a list, not a box table
+    assert all(len(line) <= max(int(columns), 60) for line in out.splitlines()), out
+    source = " ".join(f"{k.title} {k.set_where} {k.limits} {k.when_exceeded} {k.notes}" for k in (*KNOBS, KV_CACHE))
+    plain = out.replace("\x1b", "")
+    for word in {w.strip(".,;:()") for w in plain.split()}:
+        if word.startswith("--") or "_" in word:
+            assert word in source, f"{word!r} was broken or invented"  # --max-model-l / en. before
+    for knob in KNOBS:
+        assert f"{knob.title} (vllm-triage explain {knob.topic})" in out.replace("\n", " ")
+
+
+def test_explain_on_a_wide_terminal_keeps_the_table():
+    out = CliRunner().invoke(main, ["explain", "--format", "rich"], env={"COLUMNS": "160"}).stdout
+    assert "┃" in out

@@ -90,6 +90,28 @@ LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a messa
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
 
 
+SENTENCE_STOP = re.compile(r"[.!?](?=\s|$)")
+CLOSE_SENTENCE = 160  # a match this close to its sentence's end is shown to it (not a prompt: vLLM's words)
+
+
+def excerpt(text: str, start: int, end: int) -> str:
+    """What a report quotes of a message: the match, taken on to the end of its sentence when
+    that is near (a pattern may stop inside a parenthesis: "(5.0 GiB"); cut at a word, with
+    "...", when it goes on or is longer than MAX_EXCERPT."""
+    stop = SENTENCE_STOP.search(text, end - 1 if end > start else end)
+    if stop is not None and stop.end() - end <= CLOSE_SENTENCE:
+        end = stop.end()
+    elif stop is None and len(text) - end <= CLOSE_SENTENCE:
+        end = len(text)  # the message's last words, unpunctuated
+    piece = text[start:end]
+    if len(piece) > MAX_EXCERPT:
+        cut = piece.rfind(" ", 0, MAX_EXCERPT - 3)
+        return piece[: cut if cut > 0 else MAX_EXCERPT - 3].rstrip() + "..."
+    if text[end:].strip() and not SENTENCE_STOP.match(text, end - 1):
+        return piece.rstrip() + "..."
+    return piece
+
+
 @dataclass(slots=True)
 class _Cursor:
     """Line numbering and de-duplication across the chunks of one input."""
@@ -529,7 +551,7 @@ class Matcher:
         read_fields = target.read_fields = target.read_fields or field_reader(target.rule, names)
         fields = read_fields({name: found.fields.get(name) for name in names})
         cursor.consumed_until = max(cursor.consumed_until, lines.line_no + last)
-        return [Event(target.rule, record, fields, text[:MAX_EXCERPT], target.pattern.id, target.pattern.hosted)]
+        return [Event(target.rule, record, fields, excerpt(text, 0, len(text)), target.pattern.id, target.pattern.hosted)]
 
     def _strict_below(self, lines: _Lines) -> list[_Target]:
         """The exact patterns whose anchors the next lines hold (a message wrapped onto them)."""
@@ -625,7 +647,7 @@ class Matcher:
             if read_fields is None:
                 read_fields = target.read_fields = field_reader(rule, list(groups))
             fields = read_fields(groups)
-            events.append(Event(rule, record, fields, match.group(0)[:MAX_EXCERPT], pattern.id, pattern.hosted))
+            events.append(Event(rule, record, fields, excerpt(text, match.start(), match.end()), pattern.id, pattern.hosted))
             matched_rule = target.rule_index
         return events
 

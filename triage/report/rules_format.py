@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 LIST_COLUMNS = ("code", "name", "stage", "severity", "title")
 TEXT_WIDTH = 110
+TABLE_WIDTH = 120  # narrower terminals get the knobs as a list: four columns broke identifiers
 
 
 # --- rules list ------------------------------------------------------------------------
@@ -140,15 +141,28 @@ def explain_all(titles: dict[str, str], format_name: str) -> str:
     if format_name == "json":
         document = {"knobs": [knob_dict(k, titles) for k in KNOBS], "kv_cache": knob_dict(KV_CACHE, titles)}
         return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    tail = (f"\nAnd the one that decides them all: KV-cache memory. {KV_CACHE.set_where} "
+            f"{KV_CACHE.notes} (vllm-triage explain {KV_CACHE.topic})\n")
+    if format_name != "rich" or _width() < TABLE_WIDTH:
+        return _knob_list() + _wrap(tail, format_name)
     table = Table(title="The five knobs that bound a request's length", show_lines=True, expand=True)
     table.add_column("knob", width=28, overflow="fold")  # the longest flag name stays whole
     for column in ("set where", "limits", "when exceeded"):
         table.add_column(column, ratio=1 if column == "limits" else 2, overflow="fold")
     for knob in KNOBS:
         table.add_row(f"{knob.title}\n(explain {knob.topic})", knob.set_where, knob.limits, knob.when_exceeded)
-    tail = (f"\nAnd the one that decides them all: KV-cache memory. {KV_CACHE.set_where} "
-            f"{KV_CACHE.notes} (vllm-triage explain {KV_CACHE.topic})\n")
     return _render(table, format_name) + _wrap(tail, format_name)
+
+
+def _knob_list() -> str:
+    """The knobs one under another (a table's narrow columns broke identifiers: --max-model-l/en.)."""
+    lines = ["The five knobs that bound a request's length", ""]
+    for knob in KNOBS:
+        lines.append(f"{knob.title} (vllm-triage explain {knob.topic})")
+        for label, text in (("set where", knob.set_where), ("limits", knob.limits), ("when exceeded", knob.when_exceeded)):
+            lines.append(f"  {label}: {text}")
+        lines.append("")
+    return _wrap("\n".join(lines), "text", hanging="    ")
 
 
 def explain_topic(knob: Knob, titles: dict[str, str], format_name: str) -> str:
@@ -178,12 +192,14 @@ def _render(renderable, format_name: str) -> str:
     return buffer.getvalue()
 
 
-def _wrap(text: str, format_name: str) -> str:
-    """Long paragraphs wrapped to the width, keeping the indentation of each line."""
+def _wrap(text: str, format_name: str, hanging: str | None = None) -> str:
+    """Long paragraphs wrapped to the width at spaces only (a flag such as --max-model-len is
+    never split), continuation lines under the text (hanging: their indent, if given)."""
     width = _width()
     out = []
     for line in text.split("\n"):
         indent = line[: len(line) - len(line.lstrip())]
-        out.append(textwrap.fill(line, width, subsequent_indent=indent + ("   " if line.lstrip()[:1].isdigit() else ""))
+        under = hanging if hanging is not None and indent else indent + ("   " if line.lstrip()[:1].isdigit() else "")
+        out.append(textwrap.fill(line, width, subsequent_indent=under, break_long_words=False, break_on_hyphens=False)
                    if len(line) > width else line)
     return "\n".join(out)
