@@ -90,7 +90,8 @@ def test_the_excerpt_is_the_matched_message_capped_in_length(tmp_path):
     matcher = Matcher(load_rules([rules]))
     events = matcher.scan_text("x.log", f"{PROMPT_WORDS} GREEDY " + "y" * 5000)
     assert len(events) == 1
-    assert events[0].excerpt.startswith("GREEDY ") and len(events[0].excerpt) == MAX_EXCERPT
+    assert events[0].excerpt.startswith("GREEDY y") and len(events[0].excerpt) == MAX_EXCERPT  # cut, with "..."
+    assert events[0].excerpt.endswith("y...")
     assert PROMPT_WORDS not in events[0].excerpt
 
 

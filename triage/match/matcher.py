@@ -105,8 +105,8 @@ def excerpt(text: str, start: int, end: int) -> str:
         end = len(text)  # the message's last words, unpunctuated
     piece = text[start:end]
     if len(piece) > MAX_EXCERPT:
-        cut = piece.rfind(" ", 0, MAX_EXCERPT - 3)
-        return piece[: cut if cut > 0 else MAX_EXCERPT - 3].rstrip() + "..."
+        cut = piece.rfind(" ", 0, MAX_EXCERPT - 3)  # a word this far back, or one huge "word": cut it
+        return piece[: cut if cut > MAX_EXCERPT // 2 else MAX_EXCERPT - 3].rstrip() + "..."
     if text[end:].strip() and not SENTENCE_STOP.match(text, end - 1):
         return piece.rstrip() + "..."
     return piece
