@@ -105,17 +105,18 @@ class Diagnoser:
         if rule.kind == "fact":
             return None
         if rule.stage == "request" and self._echoes(event):
-            run.problems.pop()  # the same refusal again: listed on the first, not counted
-            return None
+            return None  # the same refusal again: listed on the first, not counted
         requirement = self._requirements.get(id(rule)) or self._requirement(rule)
         settled = requirement.settled(event.fields)
         if not requirement.holds(event.fields, run.facts):
-            if settled:
-                run.problems.pop()  # no later fact can change the answer: never a finding
-            return None
-        if not (settled and self._fold(run, event)) and not self.keep_text:
-            # kept until the end: the record's text (maybe a whole prompt) is not needed any more
-            event.record = replace(event.record, text="")
+            if not settled:  # a later fact of the run may make it hold
+                run.problems.append(event)
+            return None  # settled: no later fact can change the answer, never a finding
+        if not (settled and self._fold(run, event)):
+            run.problems.append(event)
+            if not self.keep_text:
+                # kept until the end: the record's text (maybe a whole prompt) is not needed any more
+                event.record = replace(event.record, text="")
         return to_finding(event, run.facts, self.keep_text, run.number) if render else None
 
     def _echoes(self, event: Event) -> bool:
@@ -143,9 +144,9 @@ class Diagnoser:
         return requirement
 
     def _fold(self, run: Run, event: Event) -> bool:
-        """A finding for sure: the first of its group stays in the run, the others only count
+        """A finding for sure: the first of its group is kept by the run, the others only count
         (and give their requested length), so a million rejections take a few numbers.
-        True when the event was folded into its group's numbers (not kept)."""
+        True when the event was folded into its group's numbers (not to be kept)."""
         self._group_by[event.rule.code] = event.rule.group_by
         key = group_key(run.number, event.rule.code, event.record.source, event.record.process,
                         grouping(event.fields, event.rule.group_by), event.hosted, event.rule.stage)
@@ -153,7 +154,6 @@ class Diagnoser:
         if folded is None:
             self._folded[key] = Folded()
             return False
-        run.problems.pop()
         folded.add(event)
         return True
 

@@ -140,7 +140,8 @@ class Run:
 
 
 class RunSplitter:
-    """Events in log order in, each put into its run."""
+    """Events in log order in, each given its run: a fact is added to the run's facts; a
+    problem is not kept here, the diagnosis decides (once) whether the run keeps it."""
 
     def __init__(self, keep_runs: bool = True) -> None:
         """keep_runs False: `runs` holds only the current run; one that ended is the caller's
@@ -170,9 +171,7 @@ class RunSplitter:
             if inputs is None:
                 inputs = self._inputs[id(event.rule)] = derived_inputs(event.rule)
             run.add_fact(event, inputs)
-        else:
-            run.problems.append(event)
-        return run
+        return run  # a problem: the caller decides whether the run keeps it (Diagnoser.add)
 
     def _starts_new_run(self, event: Event, marker: int) -> bool:
         run = self.current
