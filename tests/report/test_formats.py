@@ -222,3 +222,23 @@ def test_formats_that_draw_no_panels_do_not_import_rich(format_name):
     run = subprocess.run([sys.executable, "-c", probe, format_name], capture_output=True, text=True, cwd=ROOT)
     assert "VT201" in run.stdout
     assert run.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_plain_text_on_a_terminal_wraps_at_spaces_with_a_hanging_indent(monkeypatch):
+    """A terminal would break a long line mid-word at its edge; piped, lines stay whole."""
+    import sys
+
+    from triage.pipeline import ScanOptions, scan
+    from triage.report import text
+
+    result = scan([str(ROOT / "fixtures" / "startup-kv-too-small-v1.log")], ScanOptions())
+    [finding] = list(result.findings)
+    whole = text.render_finding(finding)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setenv("COLUMNS", "70")
+    wrapped = text.render_finding(finding)
+    head = wrapped.split("\n\n")[0]  # the pictures below draw to the width themselves
+    assert all(len(line) <= 70 for line in head.splitlines()), head
+    assert " ".join(head.split()) == " ".join(whole.split("\n\n")[0].split())  # the same words, none split
+    fix = next(i for i, line in enumerate(head.splitlines()) if line.startswith("  1. "))
+    assert head.splitlines()[fix + 1].startswith("     ") and not head.splitlines()[fix + 1].startswith("      ")

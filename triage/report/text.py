@@ -3,6 +3,10 @@ pipe does not pay for importing it (rich_format.py draws the panels)."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import sys
+import textwrap
 from collections.abc import Iterator
 
 from triage.report import ScanResult, by_run, facts_used, summary_line, where
@@ -49,10 +53,35 @@ def _plain_finding(finding: Finding, width: int | None = None) -> str:
         lines.append(f"  figures from this run's log: {facts_used(finding)}")
     for number, fix in enumerate(finding.fixes, 1):
         lines.append(f"  {number}. {fix}")
+    wrap_at = wrap_width()
+    if wrap_at:
+        lines = [wrapped for line in lines for wrapped in hanging(line, wrap_at)]
     pictures = finding_pictures(finding)
     if pictures:
         lines += ["", *plain_block(pictures, width or terminal_width(), "  ")]
     return "\n".join(lines)
+
+
+# a line's indent, and a fix's number ("  12. "): what a wrapped line continues under
+LEAD = re.compile(r"( *)(\d+\. )?")
+
+
+def wrap_width() -> int | None:
+    """The terminal's width when stdout is one: the terminal would otherwise break long
+    lines mid-word at its edge. Piped or redirected, a line stays whole (for grep)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def hanging(line: str, width: int) -> list[str]:
+    """One line wrapped at spaces (never inside a flag or a number) with a hanging indent."""
+    if len(line) <= width:
+        return [line]
+    lead = LEAD.match(line)
+    spaces, number = (lead.group(1), lead.group(2)) if lead else ("", None)
+    indent = " " * (len(spaces) + (len(number) if number else 2))  # a fix continues under its text
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def render_finding(finding: Finding) -> str:
