@@ -111,6 +111,7 @@ def test_the_readme_shows_the_picture_the_first_command_prints(monkeypatch):
     first_screen = readme.split("```text\n", 1)[1].split("```", 1)[0]
     picture = first_screen[first_screen.index("  One GPU's memory"):]
     assert picture.strip() and picture in printed
+    assert first_screen == printed  # the whole first screen, as it prints
 
 
 def test_the_action_writes_the_html_report_and_names_it_for_the_upload(tmp_path, monkeypatch):
