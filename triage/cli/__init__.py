@@ -252,7 +252,7 @@ def scan(
     except ScanInterrupted as stop:
         result, interrupted = stop.result, True
     if redact:  # the one place: every format, and the messages below, get the masked result
-        from triage.report.redact import redact_result  # imported only when asked for (4 ms)
+        from triage.report.redact import redact_result  # imported only when asked for
 
         result = redact_result(result)
     unreadable = len(inputs) - len(result.inputs) - len(result.skipped)

@@ -408,7 +408,7 @@ class HyperscanEngine:
     and doubles while it finds nothing. After a skip marker (a request-log line) it starts
     smaller still: the next line is most often another one, whose marker is near its
     start, and a larger window would go through its prompt's bytes (and the errors they
-    quote) for nothing. That was 15% of a scan of 1 GiB of request log.
+    quote) for nothing.
     """
 
     name = "hyperscan"
@@ -491,7 +491,7 @@ MIN_CACHED_ANCHORS = 64
 
 def cached_regex(build: Callable[[list[bytes]], bytes], anchors: list[bytes]) -> bytes:
     """build(anchors) (trie_regex, entry_regex), from the rule cache when these anchors were
-    seen before (30 ms for 600)."""
+    seen before (building it grows with the anchors: a start-up cost)."""
     if len(anchors) < MIN_CACHED_ANCHORS:
         return build(anchors)
     kind = build.__name__.removesuffix("_regex")  # trie, entry

@@ -287,8 +287,8 @@ class Matcher:
         end, and what a later chunk needs (deferred candidates, the last lines) is copied.
         The anchor pass lists the chunk's candidates before any is matched, and the events
         go out in bursts: matching a few hundred metrics lines back to back, and diagnosing
-        their events so, keeps that code and its data in the CPU caches (10-20% of a scan
-        of short lines went to bringing them back after each line's share of the pass)."""
+        their events so, keeps that code and its data in the CPU caches (a scan of short lines
+        spent much of its time bringing them back after each line's share of the pass)."""
         if self.engine is None:
             return data.count(b"\n", 0, end)
         candidates, lines = self._candidates(data, end, first_line)

@@ -108,7 +108,7 @@ def fingerprint(finding: Finding) -> str:
     """Stable across log rotation and re-runs: rule, input and numbers, never the line."""
     numbers = json.dumps(finding.fields, sort_keys=True, default=str, separators=(",", ":"))
     key = "\0".join((finding.code, relative_path(finding.source), numbers))
-    import hashlib  # SARIF only: loading OpenSSL costs 4-11 ms of every start-up
+    import hashlib  # SARIF only: loading OpenSSL would weigh on every start-up
 
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 

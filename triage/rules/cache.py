@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-try:  # hashlib's own blake2b, without loading OpenSSL for hashlib's other hashes (3 ms of start-up)
+try:  # hashlib's own blake2b, without loading OpenSSL for hashlib's other hashes (start-up)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - a Python built without it
     from hashlib import blake2b
@@ -81,7 +81,7 @@ def _code_salt() -> bytes:
 def _module_files(module: str) -> str:
     """An installed module the cached entries depend on (regex checked their patterns, PyYAML
     read their files), told by its files' sizes and times rather than its version: importing
-    it to ask would cost a start-up that may never need it (13 ms for regex)."""
+    it to ask would cost a start-up that may never need it."""
     try:
         spec = importlib.util.find_spec(module)
         if spec is None or not spec.origin:

@@ -212,7 +212,7 @@ def line_dict(mapping: dict) -> dict:
 
 
 def builtin_rule_files() -> list[Path]:
-    # The package's folder: importlib.resources would add 5 ms of imports to every start.
+    # The package's folder: importlib.resources would add its imports to every start.
     import triage.rules.builtin
 
     return sorted(Path(triage.rules.builtin.__file__).parent.glob("*.yaml"))
@@ -434,7 +434,7 @@ def _parse_pattern(
         compiled = LazyRegex(expanded)
         fields = list(dict.fromkeys(GROUP_NAME.findall(expanded)))
     else:
-        import regex  # on first need: with built-in rules only, a scan may never import it (13 ms)
+        import regex  # on first need: with built-in rules only, a scan may never import it
 
         try:
             compiled = regex.compile(expanded)

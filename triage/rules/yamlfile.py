@@ -13,7 +13,7 @@ import yaml
 from triage.rules.ruleset import MAX_YAML_DEPTH, MAX_YAML_VALUES, LineDict, RuleError
 
 _CParser: Any
-try:  # libyaml's parser when present: events come 6x faster; composing stays here, with the limits
+try:  # libyaml's parser when present: its events come much faster; composing stays here, with the limits
     from yaml._yaml import CParser as _CParser
 
     _LOADER_BASES: tuple = (yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver)
