@@ -482,8 +482,6 @@ class Matcher:
     def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
         parts = lines.parts(0)
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
-        if events and lines.glued_after(0):  # "... to 79" / "216 to fit": the number goes on below
-            events = [event for event in events if not parts.text.endswith(event.excerpt)]
         targets = selection.every
         if not events:
             if targets:
@@ -608,13 +606,10 @@ class Matcher:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
-            glued = lines.glued_after(after)
             for joined in _joins(texts):
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
                 )
-                if glued:
-                    events = [event for event in events if not joined.endswith(event.excerpt)]
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     return events
@@ -1007,16 +1002,6 @@ class _Lines:
         if REWRITTEN.search(self.buffer, self.start, self.end):
             return selection.every
         return selection.alone
-
-    def glued_after(self, offset: int) -> bool:
-        """The line at offset ends in a digit and the next line goes on with one, not a record
-        of its own: a number was hard-wrapped there ("to 79" / "216 to fit")."""
-        text = self.parts(offset).text
-        bounds = self._bounds(offset + 1)
-        if not text or not text[-1].isdigit() or bounds is None:
-            return False
-        following = self.parts(offset + 1).text
-        return bool(following) and following[0].isdigit() and NEW_RECORD.match(self.buffer, bounds[0], bounds[1]) is None
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
