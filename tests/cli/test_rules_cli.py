@@ -35,7 +35,7 @@ def test_rules_list_is_a_table_of_every_rule():
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["CODE", "NAME", "STAGE", "SEVERITY", "TITLE"]
     row = next(line for line in lines if line.startswith("VT303"))
-    assert row.split()[:4] == ["VT303", "kv-cache-saturated", "runtime", "warning"]
+    assert row.split()[:4] == ["VT303", "kv-cache-saturated", "runtime", "info"]
     assert lines[-1] == f"{len(RULES.rules)} rules"
 
 
