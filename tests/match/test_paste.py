@@ -44,7 +44,7 @@ IDS = [f"{code}-{index}" for code, index, _ in CASES]
 # optional clauses between their values, VT108 a value only the exact form tells from its
 # neighbours, VT407/VT304/VT203 a cut inside a clause their loose form keeps fixed.
 KNOWN_GAPS = {
-    "wrap": {"VT110-0", "VT305-0", "VT302-0", "VT304-2", "VT206-0", "VT108-0", "VT108-1", "VT303-1", "VT303-2", "VT206-2", "VT206-3"},
+    "wrap": {"VT407-0", "VT110-0", "VT305-0", "VT108-0", "VT108-1", "VT303-1", "VT206-2", "VT206-3"},
     "cut": {"VT407-1", "VT303-1", "VT303-2", "VT304-1", "VT206-0", "VT206-1", "VT206-2", "VT206-3"},
     "requote": {"VT303-1", "VT303-2", "VT206-3"},  # with CJK brackets and commas
     "pairs": {"VT301-2", "VT201-3"},  # CJK commas inside its optional clauses, and wrapped

@@ -29,11 +29,8 @@ from typing import Any
 from triage.input.reader import Chunk
 from triage.input.records import LineParts, join_variants, parse_line
 from triage.match.anchors import (
-    NOISE,
-    TYPICAL_TEXT,
     ReEngine,
     anchors_for,
-    byte_cost,
     cached_closure,
     keyword_anchor,
     make_engine,
@@ -77,14 +74,11 @@ WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in 
 LOOSE_BACK = 4
 LOOSE_AHEAD = 14
 LOOSE_TEXT = 2400
-LOOSE_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{6,}(?![A-Za-z])")
-LOOSE_WORDS_PER_PATTERN = 3
 # An input this small (one first chunk: a paste, an issue, a chat message) is also swept
 # whole in the loose form, so a message whose every anchor was broken by the wrapping is
 # still found; a server's log is larger and keeps to the anchor pass.
 PASTE_SIZE = 256 * 1024
 PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at most
-RARE_BYTE = 6  # anchors.byte_cost of the rarest byte a loose word must hold
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
@@ -153,7 +147,7 @@ class _Selection:
     every: list[_Target]  # any of its anchors is there: it may match a message wrapped over lines
     alone: list[_Target]  # all of its anchors are there: it may match the line on its own
     hosted: bool  # some are request rules: a hosted API may have sent their message
-    loose: list[_Target] = field(default_factory=list)  # the second try on damaged text: these, and rules whose words it holds
+    loose: list[_Target] = field(default_factory=list)  # the second try on damaged text (findings; a paste's sweep adds more)
 
 
 class Matcher:
@@ -171,12 +165,10 @@ class Matcher:
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
-        self.loose_targets = self._loose_targets()
-        every_anchor = {**self.loose_targets, **self.targets}
-        self._closure = cached_closure(every_anchor, lambda: _substring_closure(every_anchor))
+        self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
-        all_anchors = sorted(set(every_anchor) | set(self.skip_markers))
+        all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine, self.skip_markers) if all_anchors else None
 
     def _targets(self) -> dict[bytes, list[_Target]]:
@@ -210,34 +202,10 @@ class Matcher:
         self._candidates = phases.timing("pass", self._candidates)  # type: ignore[method-assign]
         self._match_line = phases.timing("match", self._match_line)  # type: ignore[method-assign]
 
-    def _loose_targets(self) -> dict[bytes, list[_Target]]:
-        """Word -> the patterns a damaged message holding it may be (the second try).
-
-        A re-wrapped or re-quoted paste may hold none of a pattern's anchors whole, but it
-        still holds most words of them: whole words of six letters or more from the anchors
-        and keywords, none that lines a busy server repeats (access and metrics lines)."""
-        by_rule: dict[int, list[_Target]] = {}
-        for targets in self.targets.values():
-            for target in targets:
-                by_rule.setdefault(target.rule_index, [])
-                if target not in by_rule[target.rule_index]:
-                    by_rule[target.rule_index].append(target)
-        loose: dict[bytes, list[_Target]] = {}
-        for index, targets in by_rule.items():
-            rule = self.rules[index]
-            texts = [a for t in targets for a in anchors_for(t.pattern.compiled.pattern).anchors] + list(rule.keywords)
-            whole = set(_whole_words(" ".join([*rule.keywords, *(t.pattern.compiled.pattern for t in targets)])))
-            words = sorted({w for text in texts for w in _whole_words(text) if w in whole and _rare_word(w)},
-                           key=lambda w: (-len(w), w))
-            for word in words[: LOOSE_WORDS_PER_PATTERN * len(rule.patterns)]:
-                chosen = loose.setdefault(word.encode(), [])
-                chosen += [t for t in sorted(targets, key=lambda t: t.pattern_index) if t not in chosen]
-        return loose
-
     @property
     def anchors(self) -> list[bytes]:
         """Every literal the anchor pass looks for (skip markers included), as for grep -F -f."""
-        return sorted(set(self.targets) | set(self.loose_targets) | set(self.skip_markers))
+        return sorted(set(self.targets) | set(self.skip_markers))
 
     # --- the chunk loop -------------------------------------------------------------
 
@@ -466,9 +434,6 @@ class Matcher:
             held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
             chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
             every = [chosen[key] for key in sorted(chosen)]
-            for anchor in held:
-                for target in self.loose_targets.get(anchor, ()):
-                    chosen.setdefault((target.rule_index, target.pattern_index), target)
             # the second try is for findings: a fact's free-text value would run on over the lines
             loose = [chosen[key] for key in sorted(chosen) if chosen[key].rule.kind == "finding"]
             hosted = any(t.rule.stage in HOSTED_STAGES for t in loose)
@@ -486,8 +451,9 @@ class Matcher:
         if not events:
             if targets:
                 events = self._match_wrapped(source, lines, targets, cursor)
-            elif self._strict_below(lines):
-                return []  # found by the paste sweep alone: the next lines' exact patterns go first, then their second try
+            elif selection.loose:  # found by the paste sweep alone: the exact patterns of the next lines first
+                following = self._strict_below(lines)
+                events = self._match_wrapped(source, lines, following, cursor, FORWARD_WINDOWS, True) if following else []
         elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
             matched = {event.rule.code for event in events}
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
@@ -600,8 +566,10 @@ class Matcher:
         return match is not None and match.partial and match.end() > match.start()
 
     def _match_wrapped(
-        self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, windows=WRAP_WINDOWS
+        self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, windows=WRAP_WINDOWS,
+        starting_here: bool = False,
     ) -> list[Event]:
+        """starting_here: only a message that starts on the candidate line itself counts."""
         for before, after in windows:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
@@ -610,6 +578,8 @@ class Matcher:
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
                 )
+                if starting_here:
+                    events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0])]
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     return events
@@ -723,18 +693,6 @@ def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: i
         if data.find(marker, start, end) >= 0:
             return True
     return False
-
-
-def _rare_word(word: str) -> bool:
-    """Not in the lines a busy server repeats, and holding a byte rare in logs: the stdlib
-    engine enters an anchor at its rarest byte, and a word of common letters only would
-    stop it all over an access log."""
-    return word not in TYPICAL_TEXT and word not in NOISE and min(map(byte_cost, word)) <= RARE_BYTE
-
-
-def _whole_words(text: str) -> list[str]:
-    """The words of an anchor or keyword that it holds whole (an anchor may start or end mid-word)."""
-    return [m.group() for m in LOOSE_WORD.finditer(text)]
 
 
 class _LooseWindow:
