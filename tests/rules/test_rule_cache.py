@@ -304,3 +304,23 @@ def test_a_scan_with_the_built_in_rules_starts_without_pyyaml_or_regex(tmp_path,
     assert '"code": "VT303"' in runs[1].stdout  # found, with its numbers, by a built-in pattern
     assert '"waiting": 6' in runs[1].stdout
     assert runs[1].stderr.strip().splitlines()[-1] == "[]"  # the second start: every rule file from the cache
+
+
+PASTED = b"""Traceback (most recent call last):
+ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is
+needed, which is larger than the available KV cache memory (2.50 GiB).
+"""
+
+
+def test_a_warm_paste_sweep_reads_the_loose_forms_from_the_cache_and_finds_the_same(cache, monkeypatch):
+    """A small paste is swept in every finding pattern's loose form; parsing every pattern
+    again at each start was most of such a scan, so the forms come from the rule cache."""
+    from triage.match import loose
+
+    def events():
+        return [(e.rule.code, e.record.line, e.fields) for e in Matcher(load_rules()).scan_text("paste", PASTED.decode())]
+
+    first = events()
+    assert ("VT201", 2) in {(code, line) for code, line, _ in first}
+    monkeypatch.setattr(loose, "derive_loose", lambda source: pytest.fail(f"derived again: {source[:40]}"))
+    assert events() == first

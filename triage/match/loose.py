@@ -99,6 +99,24 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
                       groups.get("_end") is not None, groups.get("_v") is not None, match.end("_h"))
 
 
+def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
+    """derive_loose() of each source, from the rule cache when this set of patterns was seen
+    before: parsing every pattern again would be most of a small paste's scan."""
+    from triage.rules import cache as rulecache
+
+    name = f"loose-{rulecache.entry_key('loose', *(s.encode() for s in sources))}.json"
+    stored = rulecache.read_json(name)
+    if isinstance(stored, dict) and stored.keys() == set(sources):
+        try:
+            return {source: None if plain is None else LoosePattern(*plain) for source, plain in stored.items()}
+        except TypeError:  # another shape: derived again below
+            pass
+    derived = {source: derive_loose(source) for source in sources}
+    rulecache.write_json(name, {source: None if loose is None else [loose.regex, loose.probe, loose.words, loose.fields]
+                                for source, loose in derived.items()})
+    return derived
+
+
 def derive_loose(source: str) -> LoosePattern | None:
     """The loose form of a pattern's regex (after the {name:type} shorthand is expanded);
     None when it uses syntax only the regex module reads, or has no head."""

@@ -40,6 +40,7 @@ from triage.match.anchors import (
 from triage.match.loose import (
     LooseMatch,
     LoosePattern,
+    derive_all,
     derive_loose,
     loose_match,
     normalise,
@@ -310,9 +311,14 @@ class Matcher:
             offsets.append(total)
             total += len(form)
         added: dict[int, list[_Target]] = {}
-        for target in self._all_targets():
-            if target.loose is False:
-                target.loose = derive_loose(target.pattern.compiled.pattern)
+        targets = self._all_targets()
+        underived = [t.pattern.compiled.pattern for t in targets if t.loose is False]
+        if underived:
+            derived = derive_all(underived)
+            for target in targets:
+                if target.loose is False:
+                    target.loose = derived[target.pattern.compiled.pattern]
+        for target in targets:
             pattern = target.loose
             if pattern is None or not pattern.probe:  # type: ignore[union-attr]
                 continue
