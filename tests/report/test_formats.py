@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from triage import __version__, cli
-from triage.report import ScanResult, fingerprint, relative_path, render
+from triage import pipeline
+from triage.report import REPORTERS, ScanResult, fingerprint, format_for_suffix, relative_path, render, write
 from triage.rules.ruleset import load_rules
 from triage.model import Finding
 
@@ -242,3 +243,17 @@ def test_plain_text_on_a_terminal_wraps_at_spaces_with_a_hanging_indent(monkeypa
     assert " ".join(head.split()) == " ".join(whole.split("\n\n")[0].split())  # the same words, none split
     fix = next(i for i, line in enumerate(head.splitlines()) if line.startswith("  1. "))
     assert head.splitlines()[fix + 1].startswith("     ") and not head.splitlines()[fix + 1].startswith("      ")
+
+
+@pytest.mark.parametrize("reporter", list(REPORTERS.values()), ids=lambda r: r.name)
+def test_every_reporter_in_the_table_renders_and_its_pieces_join_to_the_whole(reporter):
+    """The table is all the CLI knows of a format: its functions must exist and agree."""
+    result = pipeline.scan([str(ROOT / "fixtures" / "startup-kv-too-small-v1.log")], pipeline.ScanOptions())
+    whole = render(result, reporter.name)
+    assert whole
+    if reporter.pieces is not None:
+        pieces: list[str] = []
+        write(result, reporter.name, pieces.append)
+        assert "".join(pieces) == whole
+    for suffix in reporter.suffixes:
+        assert format_for_suffix(suffix.upper()) == reporter.name

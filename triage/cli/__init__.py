@@ -13,7 +13,7 @@ from triage.input.follow import stdin_is_a_pipe
 from triage.match.anchors import EngineError
 from triage.pipeline import ScanInterrupted, ScanOptions
 from triage.pipeline import scan as scan_inputs
-from triage.report import ScanResult, format_names, render, summary_line, write
+from triage.report import ScanResult, format_for_suffix, format_names, live_formats, render, summary_line, write
 from triage.rules.ruleset import RuleError, RuleSet, load_rules, select_rules
 from triage.model import SEVERITIES, severity_rank
 
@@ -63,17 +63,12 @@ def pick_format(requested: str) -> str:
     return "text"
 
 
-# --output FILE with --format auto: the format the file name says, else plain text.
-FORMAT_BY_SUFFIX = {".sarif": "sarif", ".json": "json", ".jsonl": "jsonl", ".xml": "junit", ".md": "markdown",
-                   ".html": "html", ".htm": "html"}
-
-
 def pick_report_format(requested: str, output: str | None) -> str:
     """auto: GitHub annotations in GitHub Actions, rich on a terminal, plain text otherwise."""
     if requested != "auto":
         return requested
     if output is not None:
-        return FORMAT_BY_SUFFIX.get(os.path.splitext(output)[1].lower(), "text")
+        return format_for_suffix(os.path.splitext(output)[1]) or "text"  # else plain text
     if os.environ.get("GITHUB_ACTIONS") == "true":
         return "github"
     return pick_format(requested)
@@ -231,14 +226,14 @@ def scan(
     if follow:  # otherwise nothing shows that it runs until the log says something
         click.echo(f"vllm-triage: following {inputs[0]}; findings print as they are read, Ctrl-C ends with the summary", err=True)
     report_format = pick_report_format(format_name, output)
-    from triage.report.live import LIVE_FORMATS, LiveReport
+    from triage.report.live import LiveReport
 
     # A pipe may hold a finished file or paste (one report at the end) or a running server:
     # its findings are held until it goes quiet while still open.
     hold = live is None and not (follow or tee_log)
     if live is None:
         live = follow or tee_log or (inputs == ["-"] and stdin_is_a_pipe())
-    live = live and report_format in LIVE_FORMATS  # json, sarif...: one document
+    live = live and report_format in live_formats()  # json, sarif...: one document
     live_report = None
     if live:
         live_report = LiveReport(report_format, lambda text: echo_flushed(text, tee_log), hold=hold, redact=redact)

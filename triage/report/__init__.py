@@ -1,7 +1,8 @@
 """Formatters: each turns a scan result into text. They never match or compute.
 
-The registry is the plain dict _FORMATS: a format name and the module and function that
-turn a ScanResult into text. Add a format by adding a module and one entry there.
+The registry is the table REPORTERS: a format's name, the module and functions that turn
+a ScanResult into text, its --output suffixes and whether it prints live. Add a format by
+adding a module and one row there.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from triage.rules.expr import PLACEHOLDER
 from triage.diagnose.store import Place, places_of, sorted_findings, take
@@ -129,55 +130,65 @@ def _placeholders(template: str) -> str:
     return PLACEHOLDER.sub(lambda m: f"<{m['name']}>", template)
 
 
-# format name -> (module in triage.report, its render function); imported only when used:
-# rich and xml take a tenth of the start-up, which counts for a scan of a big log.
-_FORMATS = {
-    "text": ("text", "render_plain"),
-    "rich": ("rich_format", "render_rich"),
-    "json": ("json_format", "render"),
-    "jsonl": ("jsonl", "render"),
-    "sarif": ("sarif", "render"),
-    "github": ("github", "render"),
-    "junit": ("junit", "render"),
-    "markdown": ("markdown", "render"),
-    "html": ("html", "render"),
-    "concise": ("concise", "render"),
+class Reporter(NamedTuple):
+    """One output format: the one table the CLI's --format choices, the --output suffixes and
+    live printing are all read from."""
+
+    name: str
+    module: str  # in triage.report, imported only when used: rich and xml cost start-up
+    function: str  # ScanResult -> the whole report
+    pieces: str | None = None  # ScanResult -> the report in pieces, where it can be written a finding at a time
+    suffixes: tuple[str, ...] = ()  # --output FILE with --format auto picks this format by FILE's suffix
+    live: bool = False  # a finding can be printed as soon as it is found (a stream still running)
+
+
+REPORTERS = {
+    reporter.name: reporter
+    for reporter in (
+        Reporter("text", "text", "render_plain", pieces="plain_pieces", live=True),
+        Reporter("rich", "rich_format", "render_rich", live=True),
+        Reporter("json", "json_format", "render", pieces="pieces", suffixes=(".json",)),
+        Reporter("jsonl", "jsonl", "render", pieces="pieces", suffixes=(".jsonl",), live=True),
+        Reporter("sarif", "sarif", "render", suffixes=(".sarif",)),
+        Reporter("github", "github", "render"),
+        Reporter("junit", "junit", "render", suffixes=(".xml",)),
+        Reporter("markdown", "markdown", "render", suffixes=(".md",)),
+        Reporter("html", "html", "render", suffixes=(".html", ".htm")),
+        Reporter("concise", "concise", "render", pieces="pieces"),
+    )
 }
 
 
-# format name -> (module, function yielding the report in pieces) for the formats that
-# can be written a finding at a time: render() of these is the pieces joined.
-_PIECES = {
-    "text": ("text", "plain_pieces"),
-    "json": ("json_format", "pieces"),
-    "jsonl": ("jsonl", "pieces"),
-    "concise": ("concise", "pieces"),
-}
-
-
-def _formatter(format_name: str) -> Callable[[ScanResult], str]:
+def _function(module: str, function: str) -> Callable[[ScanResult], Any]:
     import importlib
 
-    module, function = _FORMATS[format_name]
     return getattr(importlib.import_module(f"triage.report.{module}"), function)
 
 
 def render(result: ScanResult, format_name: str) -> str:
-    return _formatter(format_name)(result)
+    reporter = REPORTERS[format_name]
+    return _function(reporter.module, reporter.function)(result)
 
 
 def write(result: ScanResult, format_name: str, out: Callable[[str], Any]) -> None:
     """The text render() gives, passed to out() in pieces where the format allows: a big
     report is never held whole."""
-    if format_name not in _PIECES:
+    reporter = REPORTERS[format_name]
+    if reporter.pieces is None:
         out(render(result, format_name))
         return
-    import importlib
-
-    module, function = _PIECES[format_name]
-    for piece in getattr(importlib.import_module(f"triage.report.{module}"), function)(result):
+    for piece in _function(reporter.module, reporter.pieces)(result):
         out(piece)
 
 
 def format_names() -> list[str]:
-    return list(_FORMATS)
+    return list(REPORTERS)
+
+
+def format_for_suffix(suffix: str) -> str | None:
+    """The format an --output file's suffix names (case aside), or None."""
+    return next((r.name for r in REPORTERS.values() if suffix.lower() in r.suffixes), None)
+
+
+def live_formats() -> list[str]:
+    return [r.name for r in REPORTERS.values() if r.live]

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from triage.model import Finding
 from triage.report import ScanResult, ordered, summary_line
 
-LIVE_FORMATS = ("text", "rich", "jsonl")  # a finding at a time makes sense for these; json is one document
 ADDED_HEADING = "== what the end of the input added =="
 
 
