@@ -49,11 +49,42 @@ FINDING_SCHEMA = {
         "references": {"type": "array", "items": {"type": "string"}},
     },
 }
+FAILURE_SCHEMA = {
+    "type": ["object", "null"],
+    "required": ["process", "line", "error_line", "error", "time", "stage", "same_error"],
+    "properties": {
+        "process": {"type": ["string", "null"]},
+        "line": {"type": "integer", "minimum": 1},
+        "error_line": {"type": "integer", "minimum": 1},
+        "error": {"type": "string"},
+        "stage": {"enum": ["startup", "runtime"]},
+        "same_error": {"type": "boolean"},
+    },
+}
+RUN_SCHEMA = {
+    "type": "object",
+    "required": ["input", "run", "first_line", "last_line", "outcome", "outcome_line", "facts", "first_failure", "consequences"],
+    "properties": {
+        "input": {"type": "string"},
+        "run": {"type": "integer", "minimum": 1},
+        "first_line": {"type": "integer", "minimum": 1},
+        "last_line": {"type": "integer", "minimum": 1},
+        "outcome": {"enum": ["ready", "failed", "unknown"]},
+        "outcome_line": {"type": ["integer", "null"]},
+        "facts": {
+            "type": "object",
+            "additionalProperties": {"type": "object", "required": ["value", "line"]},
+        },
+        "first_failure": FAILURE_SCHEMA,
+        "consequences": {"type": "array", "items": FAILURE_SCHEMA},
+    },
+}
 SCAN_SCHEMA = {
     "type": "object",
-    "required": ["schema_version", "tool", "inputs", "errors", "summary", "findings"],
+    "required": ["schema_version", "tool", "inputs", "errors", "summary", "runs", "findings"],
     "properties": {
-        "schema_version": {"const": 1},
+        "schema_version": {"const": 2},
+        "runs": {"type": "array", "items": RUN_SCHEMA},
         "tool": {"type": "object", "required": ["name", "version"]},
         "inputs": {"type": "array", "items": {"type": "string"}},
         "errors": {"type": "array", "items": {"type": "string"}},

@@ -143,7 +143,7 @@ def test_scan_log_answers_the_json_report_of_every_fixture(answers, in_root, pat
 def test_scan_log_numbers(answers):
     document = answers["scan_log fixtures/startup-kv-too-small-v1.log"].document
     (finding,) = document["findings"]
-    assert (finding["code"], finding["line"], finding["count"]) == ("VT201", 24, 2)
+    assert (finding["code"], finding["line"], finding["count"]) == ("VT201", 24, 1)  # the re-raised copy is not a second failure
     assert finding["fields"]["max_model_len"] == 65536 and finding["derived"]["fit_max_model_len"] == 43488
     assert document["summary"]["error"] == 1
 

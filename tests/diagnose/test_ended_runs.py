@@ -59,6 +59,7 @@ def whole_document(result: ScanResult) -> str:
         "inputs": result.inputs,
         "errors": result.errors,
         "summary": {s: sum(f.severity == s for f in result.findings) for s in SEVERITIES},
+        "runs": [],
         "findings": [finding_dict(f) for f in ordered(result.findings)],
     }
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from triage import __version__, cli
 from triage import pipeline
 from triage.report import REPORTERS, ScanResult, fingerprint, format_for_suffix, relative_path, render, write
+from triage.match import matcher as matcher_module
 from triage.rules.ruleset import load_rules
 from triage.model import Finding
 
@@ -52,6 +53,9 @@ def run(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")  # the width pictures are drawn to
     frozen = load_rules([GOLDEN / "rules"], builtin=False)
     monkeypatch.setattr(cli, "load_ruleset", lambda rule_paths: frozen)
+    # copies of built-in files: the matcher's advice to authors of slow user rules is not for them
+    copies = sorted((GOLDEN / "rules").glob("*.yaml"))
+    monkeypatch.setattr(matcher_module, "builtin_rule_files", lambda: copies)
 
     def invoke(*args: str):
         return CliRunner().invoke(cli.main, list(args), catch_exceptions=False)
@@ -126,11 +130,17 @@ def test_relative_path_is_relative_to_the_working_directory(monkeypatch, tmp_pat
     assert relative_path("<stdin>") == "<stdin>"
 
 
-def test_jsonl_is_one_finding_a_line(run):
+def test_jsonl_is_one_object_a_line_runs_first_and_each_has_its_type(run):
     lines = run("scan", "--format", "jsonl", "fixtures/gate/short-window.log", "fixtures/startup-kv-too-small-v1.log").stdout.splitlines()
-    findings = [json.loads(line) for line in lines]
+    objects = [json.loads(line) for line in lines]
+    runs = [o for o in objects if o["type"] == "run"]
+    findings = [o for o in objects if o["type"] == "finding"]
+    assert len(runs) + len(findings) == len(objects) and objects[: len(runs)] == runs
+    assert [(r["input"], r["outcome"]) for r in runs] == [
+        ("fixtures/gate/short-window.log", "ready"), ("fixtures/startup-kv-too-small-v1.log", "failed"),
+    ]
     assert [f["code"] for f in findings] == ["VT201", "VT403"]  # most severe first
-    assert findings[0]["count"] == 2 and findings[0]["derived"]["fit_max_model_len"] == 43488
+    assert findings[0]["count"] == 1 and findings[0]["derived"]["fit_max_model_len"] == 43488  # not its re-raise
 
 
 def test_junit_has_a_suite_per_input_and_a_case_per_rule(run):
@@ -164,7 +174,8 @@ def test_markdown_keeps_table_rows_and_code_fences_intact():
 
 def test_auto_picks_github_in_actions_and_text_when_piped(run, monkeypatch):
     plain = run("scan", "fixtures/startup-kv-too-small-v1.log").stdout
-    assert plain.startswith("VT201 kv-cache-too-small")
+    assert plain.startswith("fixtures/startup-kv-too-small-v1.log (lines 2-33): failed at startup")  # the run first
+    assert "\n\nVT201 kv-cache-too-small" in plain
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     annotated = run("scan", "fixtures/startup-kv-too-small-v1.log").stdout
     assert annotated.startswith("::error file=fixtures/startup-kv-too-small-v1.log,line=24,title=vllm-triage (VT201)::")

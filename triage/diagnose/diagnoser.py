@@ -34,8 +34,8 @@ from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive, der
 from triage.plan.kvcache import GIB, bytes_for_tokens, round_up
 from triage.rules.ruleset import Rule, Step
 from triage.diagnose.store import FindingStore
-from triage.diagnose.lifecycle import Lifecycle, run_summary
-from triage.model import Event, Finding
+from triage.diagnose.lifecycle import FAILURE_NAMES, Lifecycle, failure_names, run_summary
+from triage.model import Event, Finding, RunSummary
 
 __all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
 
@@ -106,6 +106,8 @@ class Diagnoser:
             return None
         if rule.stage == "request" and self._echoes(event):
             return None  # the same refusal again: listed on the first, not counted
+        if rule.stage in FAILURE_STAGES and rule.severity == "error" and within(event.record.line, run.lifecycle.copies()):
+            return None  # the re-raised copy of an error already counted: one failed start, once
         requirement = self._requirements.get(id(rule)) or self._requirement(rule)
         settled = requirement.settled(event.fields)
         if not requirement.holds(event.fields, run.facts):
@@ -181,7 +183,11 @@ class Diagnoser:
     def _run_findings(self, run: Run) -> list[Finding]:
         run.summary = run_summary(run.source, run.number, (run.first_line, run.last_line), run.facts,
                                   run.fact_events, run.lifecycle)
-        problems = [e for e in run.problems if self._requirement(e.rule).holds(e.fields, run.facts)]
+        copies = run.lifecycle.copies()
+        problems = [
+            e for e in run.problems
+            if self._requirement(e.rule).holds(e.fields, run.facts) and not within(e.record.line, copies)
+        ]
         self._group_by.update((e.rule.code, e.rule.group_by) for e in problems)
         findings = aggregate(
             [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by
@@ -201,8 +207,13 @@ class Diagnoser:
                         attach(rule, finding, run.facts)
         rejected = sum(f.count for f in findings if f.stage == "request")
         findings.extend(run_checks([r for r in self.checks if r.attach_to is None], run, {"rejected": rejected}))
+        findings.extend(failure_findings(self.checks, run.summary, findings))
         mark_roots(findings)
         return findings
+
+
+def within(line: int, spans: Sequence[tuple[int, int]]) -> bool:
+    return any(first <= line <= last for first, last in spans)
 
 
 def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, run: int = 1) -> Finding:
@@ -551,6 +562,30 @@ def run_checks(rules: Sequence[Rule], run: Run, figures: Mapping[str, Any]) -> l
             run=run.number,
         ))
     return findings
+
+
+def failure_findings(checks: Sequence[Rule], summary: RunSummary | None, findings: list[Finding]) -> list[Finding]:
+    """The checks over a run's first failure (VT207, VT306), at its root error line: only when
+    no finding of a rule already lies on the root's failure output."""
+    first = summary.first_failure if summary is not None else None
+    if first is None:
+        return []
+    recognised = any(f.severity == "error" for f in findings)  # a rule already explains the failed run
+    names = Names(failure_names(summary, recognised) or {})  # type: ignore[arg-type]
+    made = []
+    for rule in checks:
+        if rule.attach_to is not None or rule.require is None or not rule.require.names & set(FAILURE_NAMES):
+            continue
+        derived = evaluate_check(rule, names)
+        if derived is None:
+            continue
+        made.append(Finding(
+            code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
+            source=summary.source, line=first.error_line, excerpt=first.error, fields={}, derived=derived,  # type: ignore[union-attr]
+            cause=render_steps(rule.cause, names), fixes=render_steps(rule.fixes, names), process=first.process,
+            time=first.time, references=list(rule.references), run=summary.number,  # type: ignore[union-attr]
+        ))
+    return made
 
 
 # --- ranks -------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ MAX_ERROR = 300  # characters of an error kept for the one-line summary
 MAX_PROCESSES = 512  # processes tracked in one run (bounded memory on a hostile log)
 MAX_BLOCKS = 8  # blocks kept per process: the first few are all the summary reads
 CHAIN_GAP = 4
+VLLM_FRAME = "vllm/"  # in a frame's path: the traceback runs through vLLM's code
 # Fact rules whose lines carry no vLLM header by nature (`vllm collect-env` output).
 HEADERLESS_FACTS = {"collect-env"}
 # The lines that state a summary figure, the best first.
@@ -61,6 +62,7 @@ class Block:
     wrapper: bool = False  # it ends in (or is) an error that passes another's on
     raw: bool = False  # opened by an uncaught traceback or "Process X:", not by a logger
     message: str = ""  # the error without its class: what "same error" compares
+    vllm: bool = False  # a frame of it is in vLLM's code
     carrier: bool = False  # opened by a consequence line: whatever its traceback ends in passes an error on
     quoted: str | None = None  # a wrapper's copy of the error it passes on ("Worker failed with error '...'")
 
@@ -142,7 +144,11 @@ class Lifecycle:
             return
         key = self._key(process)
         block = self._current(key)
-        going_on = block is not None and (block.awaiting or record.line - block.last_line <= CHAIN_GAP)
+        # a traceback chained to the last one ("During handling of the above exception ...") goes on
+        # in the same stream; a raw one after a logged one is the re-raised copy: a block of its own
+        going_on = block is not None and (
+            block.awaiting or (record.line - block.last_line <= CHAIN_GAP and block.raw == raw)
+        )
         if fields.get("traceback_header"):
             if going_on:
                 block.awaiting, block.last_line = True, record.line  # type: ignore[union-attr]
@@ -153,6 +159,7 @@ class Lifecycle:
             return
         if going_on:
             block.last_line = record.line  # type: ignore[union-attr]
+            block.vllm = block.vllm or VLLM_FRAME in fields.get("frame_path", "")  # type: ignore[union-attr]
         elif not seen:  # the window starts inside this process's traceback
             self._open(key, record, "(its traceback starts before this window)", raw=raw)
 
@@ -201,10 +208,23 @@ class Lifecycle:
                 return process
         return crashed
 
+    def copies(self) -> list[tuple[int, int]]:
+        """The lines of blocks that repeat an earlier block of the same process (EngineCore's
+        logged-then-re-raised failure): their errors are counted once, at the first."""
+        repeated = []
+        for blocks in self.blocks.values():
+            for index, block in enumerate(blocks):
+                if any(earlier.message == block.message for earlier in blocks[:index]):
+                    repeated.append((block.line, block.last_line))
+        return repeated
+
     # --- the summary -----------------------------------------------------------------
 
     def outcome(self) -> Outcome:
-        every = [block for blocks in self.blocks.values() for block in blocks]
+        # An untagged traceback without a frame in vLLM's code is another program's (a client, a
+        # training script pasted with the log): no failure of this server.
+        every = [block for blocks in self.blocks.values() for block in blocks
+                 if block.process is not None or not block.raw or block.vllm]
         roots = [block for block in every if not block.wrapper]
         if not roots:
             roots = [block for block in every] + [n for n in self.notes.values() if not n.raw]
@@ -328,3 +348,28 @@ def run_summary(
         outcome=ended.outcome, outcome_line=ended.outcome_line, first_failure=ended.first_failure,
         consequences=ended.consequences,
     )
+
+
+# The names the checks over a run's first failure read (VT207, VT306 in rules/lifecycle.yaml).
+FAILURE_NAMES = (
+    "failed_at_startup", "failed_at_runtime", "root_recognised", "root_process", "root_line", "root_error_line",
+    "root_error", "consequences",
+)
+
+
+def failure_names(summary: RunSummary, recognised: bool) -> dict[str, Any] | None:
+    """The run's first failure as the names its checks read; None when nothing failed.
+    recognised: a rule's finding already points at the root error."""
+    first = summary.first_failure
+    if first is None:
+        return None
+    return {
+        "failed_at_startup": int(first.stage == "startup"),
+        "failed_at_runtime": int(first.stage == "runtime"),
+        "root_recognised": int(recognised),
+        "root_process": first.process or "The untagged main process",
+        "root_line": first.line,
+        "root_error_line": first.error_line,
+        "root_error": first.error,
+        "consequences": len(summary.consequences),
+    }

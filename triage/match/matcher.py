@@ -530,7 +530,8 @@ class Matcher:
             bounds = lines._bounds(offset)
             if bounds is not None:
                 for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).every:
-                    chosen.setdefault((target.rule_index, target.pattern_index), target)
+                    if target.rule.role is None:  # a lifecycle line below (an exception) is no wrapped message's rest
+                        chosen.setdefault((target.rule_index, target.pattern_index), target)
         return [chosen[key] for key in sorted(chosen)]
 
     def _window_targets(self, lines: _Lines, window: _LooseWindow, targets: list[_Target]) -> list[_Target]:

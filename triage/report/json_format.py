@@ -7,9 +7,12 @@ from collections.abc import Iterator
 
 from triage import __version__
 from triage.report import ScanResult, ordered, severity_counts
+from triage.report.runs import run_dict, summaries
 from triage.model import SEVERITIES
 
-SCHEMA_VERSION = 1
+# 2: a top-level "runs" list (every startup run: its facts with their lines, outcome, first
+# failure and consequences); README, "JSON output", documents it.
+SCHEMA_VERSION = 2
 ITEM_INDENT = " " * 4
 FINDING_KEYS = (
     "code", "name", "title", "stage", "severity", "source", "line", "last_line", "count",
@@ -41,6 +44,7 @@ def pieces(result: ScanResult) -> Iterator[str]:
         "inputs": result.inputs,
         "errors": result.errors,
         "summary": {s: counts[s] for s in SEVERITIES},
+        "runs": [run_dict(summary) for summary in summaries(result)],
         "findings": [],
     }
     head = json.dumps(document, indent=2, ensure_ascii=False)

@@ -9,7 +9,8 @@ import sys
 import textwrap
 from collections.abc import Iterator
 
-from triage.report import ScanResult, by_run, facts_used, summary_line, where
+from triage.report import ScanResult, facts_used, summary_line, where
+from triage.report.runs import grouped, one_line_consequence, runs_per_input, summary_lines, worth_showing
 from triage.report.pictures import finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
 
@@ -28,11 +29,18 @@ def plain_pieces(result: ScanResult) -> Iterator[str]:
 
 def _plain_blocks(result: ScanResult) -> Iterator[str]:
     width = terminal_width()
-    for heading, findings in by_run(result.findings):
-        if heading:
+    runs = runs_per_input(result)
+    for summary, heading, findings in grouped(result):
+        if summary is not None and worth_showing(summary):
+            yield "\n".join(summary_lines(summary, runs.get(summary.source, 1)))
+        elif heading:
             yield f"== {heading} =="
+        consequences = [one_line_consequence(f) for f in findings if f.root is False]
         for finding in findings:
-            yield _plain_finding(finding, width)
+            if finding.root is not False:
+                yield _plain_finding(finding, width)
+        if consequences:
+            yield "\n".join(consequences)
     for source, pictures in run_summaries(result):
         yield "\n".join([f"{source}: the run's memory and KV cache", *plain_block(pictures, width, "  ")])
     yield summary_line(result)

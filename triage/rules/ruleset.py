@@ -42,6 +42,9 @@ CHECK_NAMES = {
     "rejected", "requested_p50", "requested_p90", "requested_p99", "requested_max",
     "prompt_over_window", "fit_with_smaller_max_tokens", "recommended_max_model_len",
     "recommended_kv_gib", "recommended_concurrency", "current_concurrency",
+    # and the run's first failure (lifecycle.failure_names)
+    "failed_at_startup", "failed_at_runtime", "root_recognised", "root_process", "root_line", "root_error_line",
+    "root_error", "consequences",
 }
 
 # Built-in rules the Python code names (by rule name or code), with the kind each must have

@@ -1,0 +1,163 @@
+"""A run's summary in words: what every format shows of a startup run (it computes nothing:
+the figures and the outcome are the run's RunSummary, worked out by the diagnosis)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from triage.model import Finding, ProcessFailure, RunSummary, ScanResult
+from triage.rules.expr import format_value
+
+# (label, the facts it shows, how they read): in the order an operator asks for them.
+FIGURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("vLLM", ("version",), "{version}"),
+    ("model", ("model",), "{model}"),
+    ("served window", ("served_max_model_len", "window_source"), "{served_max_model_len} tokens (from {window_source})"),
+    ("served window", ("served_max_model_len",), "{served_max_model_len} tokens"),
+    ("KV cache", ("kv_gib_available", "kv_tokens"), "{kv_gib_available} GiB per GPU, {kv_tokens} tokens"),
+    ("KV cache", ("kv_tokens",), "{kv_tokens} tokens"),
+    ("KV cache", ("kv_gib_available",), "{kv_gib_available} GiB per GPU"),
+    ("concurrency", ("concurrency", "concurrency_tokens"), "{concurrency}x requests of {concurrency_tokens} tokens at once"),
+    ("blocks", ("gpu_blocks", "cpu_blocks"), "{gpu_blocks} GPU, {cpu_blocks} CPU"),
+    ("blocks", ("gpu_blocks",), "{gpu_blocks} GPU"),
+    ("weights", ("weights_gib",), "{weights_gib} GiB per GPU"),
+    ("parallel", ("tensor_parallel_size",), "tensor {tensor_parallel_size}"),
+    ("pipeline parallel", ("pipeline_parallel_size",), "{pipeline_parallel_size}"),
+    ("data parallel", ("data_parallel_size",), "{data_parallel_size}"),
+    ("dtype", ("dtype",), "{dtype}"),
+    ("kv_cache_dtype", ("kv_cache_dtype",), "{kv_cache_dtype}"),
+    ("gpu_memory_utilization", ("gpu_memory_utilization",), "{gpu_memory_utilization}"),
+    ("block size", ("block_size",), "{block_size}"),
+    ("max_num_seqs", ("max_num_seqs",), "{max_num_seqs}"),
+    ("max_num_batched_tokens", ("max_num_batched_tokens",), "{max_num_batched_tokens}"),
+    ("GPU", ("gpu_name", "total_gib"), "{gpu_name}, {total_gib} GiB"),
+    ("GPU", ("gpu_name",), "{gpu_name}"),
+    ("GPU memory", ("total_gib",), "{total_gib} GiB"),
+)
+HIDDEN = {1: "data parallel", 2: "pipeline parallel"}  # a size of 1 says nothing: not shown
+
+
+def summaries(result: ScanResult) -> list[RunSummary]:
+    """Every run of every input that said anything, in input order."""
+    found = []
+    for name in result.inputs:
+        for run in result.runs.get(name, ()):
+            if run.summary is not None:
+                found.append(run.summary)
+    return found
+
+
+def figures(summary: RunSummary) -> Iterator[tuple[str, str, int]]:
+    """(label, value as read, the line that states it): each label once, the fullest form."""
+    facts, shown = summary.facts, set()
+    for label, names, template in FIGURES:
+        if label in shown or not all(facts.get(name) not in (None, "") for name in names):
+            continue
+        if len(names) == 1 and facts[names[0]] == 1 and label in HIDDEN.values():
+            continue
+        shown.add(label)
+        text = template.format(**{name: format_value(facts[name]) for name in names})
+        yield label, text, summary.fact_lines.get(names[0], 0)
+
+
+def headline(summary: RunSummary, runs_in_input: int = 1) -> str:
+    """'fixtures/x.log run 2 (lines 40-96): failed at startup, at line 88'."""
+    which = f" run {summary.number}" if runs_in_input > 1 or summary.number > 1 else ""
+    where = f"{summary.source}{which} (lines {summary.first_line}-{summary.last_line})"
+    first = summary.first_failure
+    if summary.outcome == "failed":
+        return f"{where}: failed at startup, at line {summary.outcome_line}"
+    if summary.outcome == "ready":
+        died = f"; then failed at runtime, at line {first.error_line}" if first else ""
+        return f"{where}: ready at line {summary.outcome_line}{died}"
+    return f"{where}: outcome unknown (no ready line and no failure: the log may end before either)"
+
+
+def process_label(process: str | None) -> str:
+    return process or "the main process (untagged lines)"
+
+
+def failure_line(failure: ProcessFailure) -> str:
+    """The first failure: its process, where its output starts, its root error."""
+    return (
+        f"first to fail: {process_label(failure.process)} at line {failure.line}; "
+        f"its error at line {failure.error_line}: {failure.error}"
+    )
+
+
+def consequence_line(consequence: ProcessFailure) -> str:
+    """One line for each other process."""
+    said = "the same error" if consequence.same_error else consequence.error
+    return f"then {process_label(consequence.process)} at line {consequence.line}: {said}"
+
+
+def worth_showing(summary: RunSummary) -> bool:
+    """A run that states a figure or how it ended: a paste of request errors alone has no summary to show."""
+    return summary.outcome != "unknown" or any(True for _ in figures(summary))
+
+
+def summary_lines(summary: RunSummary, runs_in_input: int = 1) -> list[str]:
+    """The plain-text block of a run: headline, figures, first failure, consequences."""
+    lines = [headline(summary, runs_in_input)]
+    lines += [f"  {label}: {text} (line {line})" if line else f"  {label}: {text}" for label, text, line in figures(summary)]
+    if summary.first_failure is not None:
+        lines.append("  " + failure_line(summary.first_failure))
+        lines += ["    " + consequence_line(c) for c in summary.consequences]
+    return lines
+
+
+def runs_per_input(result: ScanResult) -> dict[str, int]:
+    return {name: sum(1 for run in result.runs.get(name, ()) if run.summary is not None) for name in result.inputs}
+
+
+def failure_dict(failure: ProcessFailure | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {
+        "process": failure.process, "line": failure.line, "error_line": failure.error_line, "error": failure.error,
+        "time": failure.time, "stage": failure.stage, "same_error": failure.same_error,
+    }
+
+
+def run_dict(summary: RunSummary) -> dict[str, Any]:
+    """A run as the JSON report documents it (README, "JSON output")."""
+    return {
+        "input": summary.source,
+        "run": summary.number,
+        "first_line": summary.first_line,
+        "last_line": summary.last_line,
+        "outcome": summary.outcome,
+        "outcome_line": summary.outcome_line,
+        "facts": {name: {"value": value, "line": summary.fact_lines.get(name)} for name, value in summary.facts.items()},
+        "first_failure": failure_dict(summary.first_failure),
+        "consequences": [failure_dict(c) for c in summary.consequences],
+    }
+
+
+def grouped(result: ScanResult) -> list[tuple[RunSummary | None, str | None, list[Finding]]]:
+    """Each run's summary with its findings (most severe first); findings of no summarised run
+    come last, headed by their run when an input holds several."""
+    from triage.report import by_run, places_of, report_order
+
+    places = places_of(result.findings)
+    by_place: dict[tuple[str, int], list[int]] = {}
+    for index, place in enumerate(places):
+        by_place.setdefault((place.source, place.run), []).append(index)
+    groups: list[tuple[RunSummary | None, str | None, list[Finding]]] = []
+    for summary in summaries(result):
+        indices = sorted(by_place.pop((summary.source, summary.number), []), key=lambda i: report_order(places[i]))
+        groups.append((summary, None, [result.findings[i] for i in indices]))
+    rest = [i for indices in by_place.values() for i in indices]
+    if rest:
+        for heading, findings in by_run([result.findings[i] for i in rest]):
+            groups.append((None, heading, list(findings)))
+    return groups
+
+
+def one_line_consequence(finding: Finding) -> str:
+    """A finding that only repeats the first failure (another rank, a re-raised copy)."""
+    what = "the same error" if finding.consequence_of and finding.consequence_of.startswith(f"{finding.code} ") \
+        else finding.title
+    process = f" [{finding.process}]" if finding.process else ""
+    return f"{finding.code} at {finding.source}:{finding.line}{process}: {what} (a consequence of {finding.consequence_of})"
