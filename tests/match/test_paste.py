@@ -208,18 +208,14 @@ def test_two_damages_at_a_time(matcher, case, damage, width, style, cut_first, d
     text = example.text.strip()
     if not _loose_patterns(code):
         return
-    numbers = _numbers(example.fields)
     if cut_first:
-        ends = _value_ends(code, text)
-        head = _head_end(code, text)
-        usable = sorted(end for end in ends.values() if head is not None and end >= head)
-        if not usable:
+        cut = _drawn_cut(code, text, example.fields, data)
+        if cut is None:
             return
-        end = data.draw(st.sampled_from(usable))
-        numbers = {k: v for k, v in numbers.items() if k in ends and ends[k] <= end}
+        end, numbers = cut
         assert_numbers(matcher, DAMAGES[damage](text[:end]), code, numbers, by_name=False)
     else:
-        assert_numbers(matcher, wrap(DAMAGES[damage](text), width, style), code, numbers)
+        assert_numbers(matcher, wrap(DAMAGES[damage](text), width, style), code, _numbers(example.fields))
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
@@ -227,14 +223,23 @@ def test_two_damages_at_a_time(matcher, case, damage, width, style, cut_first, d
 def test_wrapped_and_cut(matcher, case, width, style, data):
     code, _, example = case
     text = example.text.strip()
+    cut = _drawn_cut(code, text, example.fields, data)
+    if cut is None:
+        return
+    end, numbers = cut
+    assert_numbers(matcher, wrap(text[:end], width, style), code, numbers, by_name=False)
+
+
+def _drawn_cut(code, text, fields, data):
+    """A cut drawn after one of the message's numbers (never inside its head), and the
+    numbers printed before it; None when the message has no such place."""
     ends = _value_ends(code, text)
     head = _head_end(code, text)
     usable = sorted(end for end in ends.values() if head is not None and end >= head)
     if not usable:
-        return
+        return None
     end = data.draw(st.sampled_from(usable))
-    numbers = {k: v for k, v in _numbers(example.fields).items() if k in ends and ends[k] <= end}
-    assert_numbers(matcher, wrap(text[:end], width, style), code, numbers, by_name=False)
+    return end, {k: v for k, v in _numbers(fields).items() if k in ends and ends[k] <= end}
 
 
 DECOYS = [
