@@ -240,11 +240,19 @@ def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, 
         time=record.time,
         hosted=event.hosted,
         references=list(rule.references),
-        facts=_facts_used(names, facts, event.fields),
+        facts=_facts_used(names, facts, event.fields),  # after rendering: the words read facts too
         text=record.text if keep_text else None,
         run=run,
         also_at=event.also_at,
     )
+
+
+def rule_finding(rule: Rule, names: Mapping[str, Any], hosted: bool = False, **where: Any) -> Finding:
+    """A check's finding: the rule's identity, references and words over these names; `where`
+    gives the place and numbers (the builder of the run checks' and the failure checks' findings)."""
+    cause, fixes = rendered_words(rule, names, hosted)
+    return Finding(code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
+                   cause=cause, fixes=fixes, hosted=hosted, references=list(rule.references), **where)
 
 
 def rendered_words(rule: Rule, names: Mapping[str, Any], hosted: bool) -> tuple[list[str], list[str]]:
@@ -552,14 +560,12 @@ def run_checks(rules: Sequence[Rule], run: Run, figures: Mapping[str, Any]) -> l
         used = _facts_used(names, run.facts, {})
         sources = [run.fact_events[k] for k in used if k in run.fact_events]
         where = max(sources, key=lambda e: e.record.line) if sources else None
-        findings.append(Finding(
-            code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
+        findings.append(rule_finding(
+            rule, names,
             source=where.record.source if where else "", line=where.record.line if where else 0,
             excerpt=where.excerpt if where else "", fields={}, derived=derived,
-            cause=render_steps(rule.cause, names), fixes=render_steps(rule.fixes, names),
             process=where.record.process if where else None, rank=where.record.rank if where else None,
-            time=where.record.time if where else None, references=list(rule.references), facts=used,
-            run=run.number,
+            time=where.record.time if where else None, facts=used, run=run.number,
         ))
     return findings
 
@@ -579,11 +585,10 @@ def failure_findings(checks: Sequence[Rule], summary: RunSummary | None, finding
         derived = evaluate_check(rule, names)
         if derived is None:
             continue
-        made.append(Finding(
-            code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
+        made.append(rule_finding(
+            rule, names,
             source=summary.source, line=first.error_line, excerpt=first.error, fields={}, derived=derived,  # type: ignore[union-attr]
-            cause=render_steps(rule.cause, names), fixes=render_steps(rule.fixes, names), process=first.process,
-            time=first.time, references=list(rule.references), run=summary.number,  # type: ignore[union-attr]
+            process=first.process, time=first.time, run=summary.number,  # type: ignore[union-attr]
         ))
     return made
 
