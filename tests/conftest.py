@@ -58,10 +58,10 @@ def update_golden(request):
 @pytest.fixture(scope="module")
 def builtin_rules_loaded_once():
     """CLI tests run scan many times: load the built-in rules once per module, not per run."""
-    import triage.cli
+    from triage.cli import common
 
-    cached = functools.cache(lambda paths: triage.cli.load_rules(paths))
-    original = triage.cli.load_ruleset
-    triage.cli.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
+    original = common.load_ruleset
+    cached = functools.cache(original)
+    common.load_ruleset = lambda paths: cached(tuple(paths)) if not paths else original(paths)
     yield
-    triage.cli.load_ruleset = original
+    common.load_ruleset = original

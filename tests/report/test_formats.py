@@ -52,7 +52,7 @@ def run(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "80")  # the width pictures are drawn to
     frozen = load_rules([GOLDEN / "rules"], builtin=False)
-    monkeypatch.setattr(cli, "load_ruleset", lambda rule_paths: frozen)
+    monkeypatch.setattr(cli.common, "load_ruleset", lambda rule_paths: frozen)
     # copies of built-in files: the matcher's advice to authors of slow user rules is not for them
     copies = sorted((GOLDEN / "rules").glob("*.yaml"))
     monkeypatch.setattr(matcher_module, "builtin_rule_files", lambda: copies)

@@ -2,44 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from triage import __version__
+from triage.cli import common
+from triage.cli.common import (
+    EXIT_BROKEN_PIPE, EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERRUPTED, FAIL_ON, FORMAT_HELP, OUTPUT_HELP,
+    emit, exit_code, fail, pick_format, pick_report_format, silence_stdout,
+)
 from triage.input.follow import stdin_is_a_pipe
 from triage.match.anchors import EngineError
 from triage.pipeline import ScanInterrupted, ScanOptions
 from triage.pipeline import scan as scan_inputs
-from triage.report import ScanResult, format_for_suffix, format_names, live_formats, render, summary_line, write
-from triage.rules.ruleset import RuleError, RuleSet, load_rules, select_rules
-from triage.model import SEVERITIES, severity_rank
-
-FAIL_ON = [*SEVERITIES, "never"]
-FORMAT_HELP = (
-    "auto: GitHub annotations when GITHUB_ACTIONS=true, rich on a terminal, plain text otherwise "
-    "(with --output, the format the file suffix names)."
-)
-OUTPUT_HELP = "Write the report to FILE; stderr gets the one-line summary."
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports after Ctrl-C
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports when the reader went away
-
-
-def fail(message: str) -> NoReturn:
-    """A one-line error and exit code 2: usage, input or rule-file problems."""
-    click.echo(f"vllm-triage: error: {message}", err=True)
-    sys.exit(EXIT_ERROR)
-
-
-def load_ruleset(rule_paths: tuple[str, ...]) -> RuleSet:
-    try:
-        return load_rules(rule_paths)
-    except RuleError as exc:
-        fail(str(exc))
-        raise  # unreachable
+from triage.report import format_names, live_formats
+from triage.rules.ruleset import RuleError, RuleSet, select_rules
 
 
 def echo_flushed(text: str, to_stderr: bool) -> None:
@@ -53,56 +32,6 @@ def paste_hint(inputs: list[str], stdin_is_terminal: bool) -> str | None:
     if inputs == ["-"] and stdin_is_terminal:
         return "vllm-triage: paste the log, then Ctrl-D"
     return None
-
-
-def pick_format(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-        return "rich"
-    return "text"
-
-
-def pick_report_format(requested: str, output: str | None) -> str:
-    """auto: GitHub annotations in GitHub Actions, rich on a terminal, plain text otherwise."""
-    if requested != "auto":
-        return requested
-    if output is not None:
-        return format_for_suffix(os.path.splitext(output)[1]) or "text"  # else plain text
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        return "github"
-    return pick_format(requested)
-
-
-def emit(result: ScanResult, format_name: str, output: str | None, to_stderr: bool = False) -> None:
-    """The report to stdout (stderr with --tee), or to --output with the one-line summary on stderr."""
-    if output is None:
-        write(result, format_name, lambda piece: click.echo(piece, nl=False, err=to_stderr))
-    else:
-        try:
-            with open(output, "w", encoding="utf-8") as handle:
-                write(result, format_name, handle.write)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
-        click.echo(f"vllm-triage: {summary_line(result)}; {format_name} report written to {output}", err=True)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if format_name == "github" and step_summary:
-        try:
-            with open(step_summary, "a", encoding="utf-8") as handle:
-                handle.write(render(result, "markdown"))
-        except OSError as exc:
-            click.echo(f"vllm-triage: warning: cannot write the step summary: {exc.strerror or exc}", err=True)
-
-
-def exit_code(result: ScanResult, fail_on: str, had_input_error: bool) -> int:
-    if had_input_error:
-        return EXIT_ERROR
-    if fail_on == "never":
-        return EXIT_CLEAN
-    threshold = severity_rank(fail_on)
-    if any(severity_rank(f.severity) >= threshold for f in result.findings):
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
 
 
 class TriageGroup(click.Group):
@@ -161,14 +90,6 @@ class QuietStdout:
         return getattr(self._stream, name)
 
 
-def silence_stdout() -> None:
-    """Point stdout at /dev/null, so the flush at exit cannot fail on the closed pipe
-    (the recipe in Python's documentation of SIGPIPE)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 @click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vllm-triage")
 def main() -> None:
@@ -212,7 +133,7 @@ def scan(
     tee_log: bool = False, live: bool | None = None, jobs: int = 1,
 ) -> None:
     """Scan vLLM logs, tracebacks or client errors (files, .gz, or - for stdin)."""
-    ruleset = load_ruleset(rule_paths)
+    ruleset = common.load_ruleset(rule_paths)
     try:
         chosen = select_rules(ruleset.rules, selected, ignored)
     except RuleError as exc:
@@ -291,7 +212,7 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
     from triage.diagnose.gate import Thresholds, assertions_of, checks_run, evaluate
 
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
-    ruleset = load_ruleset(rule_paths)
+    ruleset = common.load_ruleset(rule_paths)
     assertions = assertions_of(ruleset.rules) or None  # None: the built-in ones (a set loaded without them)
     # --min-concurrency asserts what the advisory capacity warning says; without it the gate
     # reports that warning as scan does on the same log.
@@ -447,7 +368,7 @@ def rules_list(rule_paths: tuple[str, ...], format_name: str) -> None:
     """Every rule: code, name, stage, severity, title."""
     from triage.report.rules_format import rules_list as render_list
 
-    click.echo(render_list(load_ruleset(rule_paths).rules, format_name), nl=False)
+    click.echo(render_list(common.load_ruleset(rule_paths).rules, format_name), nl=False)
 
 
 @rules.command("show")
@@ -458,7 +379,7 @@ def rules_show(code_or_name: str, rule_paths: tuple[str, ...], format_name: str)
     """What a rule means, why it fires, how to fix it, an example and the vLLM versions it covers."""
     from triage.report.rules_format import rule_show
 
-    rule = find_rule(load_ruleset(rule_paths), code_or_name)
+    rule = find_rule(common.load_ruleset(rule_paths), code_or_name)
     if rule is None:
         fail(no_rule_message(code_or_name))
     click.echo(rule_show(rule, format_name), nl=False)
@@ -482,7 +403,7 @@ def rules_test(paths: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
     from triage.rules import ruletest
     from triage.report.rules_format import test_outcome
 
-    outcome = ruletest.run(load_ruleset(rule_paths), paths)
+    outcome = ruletest.run(common.load_ruleset(rule_paths), paths)
     click.echo(test_outcome(outcome), nl=False)
     sys.exit(EXIT_CLEAN if outcome.passed else EXIT_FINDINGS)
 
@@ -495,7 +416,7 @@ def explain(topic: str | None, format_name: str) -> None:
     from triage.plan.explain import find_topic
     from triage.report.rules_format import explain_all, explain_topic
 
-    titles = rule_titles(load_ruleset(()))
+    titles = rule_titles(common.load_ruleset(()))
     format_name = pick_format(format_name)
     if topic is None:
         click.echo(explain_all(titles, format_name), nl=False)

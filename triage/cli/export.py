@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from triage.cli import fail, load_ruleset, rules
+from triage.cli import common, rules
+from triage.cli.common import fail
 
 
 @rules.command("export")
@@ -19,7 +20,7 @@ def rules_export(format_name: str, selector: str | None, output: str | None, rul
     from triage.probe import alerts, queries
     from triage.report.alerts_format import render_rules_file
 
-    ruleset = load_ruleset(rule_paths)
+    ruleset = common.load_ruleset(rule_paths)
     try:
         if format_name == "prometheus":
             selector = selector or ""

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from triage.cli import EXIT_CLEAN, EXIT_FINDINGS, fail, main
+from triage.cli import main
+from triage.cli.common import EXIT_CLEAN, EXIT_FINDINGS, fail
 
 RANGE_HELP = "With --prometheus: the window of the rates, in Prometheus's duration syntax (30m, 24h, 7d)."
 
@@ -85,11 +86,11 @@ def probe_server(target: str, log_path: str | None, max_model_len: int | None, t
 
 def read_log(path: str):
     """The log's last run: its facts and the requests it refused (a scan, as `scan` does it)."""
-    from triage.cli import load_ruleset
+    from triage.cli import common
     from triage.diagnose.workload import log_view
     from triage.pipeline import ScanOptions, scan
 
-    result = scan([path], ScanOptions(ruleset=load_ruleset(()), standalone_checks=False))
+    result = scan([path], ScanOptions(ruleset=common.load_ruleset(()), standalone_checks=False))
     if not result.inputs:
         fail(result.errors[0] if result.errors else f"{path}: cannot read")
     name = result.inputs[0]
