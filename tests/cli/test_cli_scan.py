@@ -9,7 +9,8 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from triage.cli import main, paste_hint
+from triage.cli import main
+from triage.cli.scan import paste_hint
 
 from conftest import FIXTURES, ROOT
 

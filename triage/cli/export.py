@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from triage.cli import common, rules
+from triage.cli import common
+from triage.cli.rules import rules
 from triage.cli.common import fail
 
 

@@ -27,9 +27,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
 from triage import __version__
-from triage.cli import (
-    find_rule, make_budget, make_plan, no_rule_message, no_topic_message, plan_errors, rule_titles,
-)
+from triage.cli.explain import no_topic_message, rule_titles
+from triage.cli.plan import make_budget, make_plan, plan_errors
+from triage.cli.rules import find_rule, no_rule_message
 from triage.input.reader import size_text
 from triage.pipeline import ScanOptions, Text, scan
 from triage.report import render
