@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 
 from generate import MIX_ENGINES, MIX_METRICS_EVERY, MIX_REQUESTS_PER_SECOND, SHAPES, parse_size  # noqa: E402
 
-from triage.match.anchors import ENGINE_VARIABLE  # noqa: E402
+from triage.match.engines import ENGINE_VARIABLE  # noqa: E402
 from triage.match.matcher import Matcher  # noqa: E402
 from triage.rules.ruleset import load_rules  # noqa: E402
 

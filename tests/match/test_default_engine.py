@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from triage import cli
-from triage.match.anchors import ENGINE_VARIABLE
+from triage.match.engines import ENGINE_VARIABLE
 from triage.match.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pathlib import Path
-from triage.match.anchors import ReEngine, derive, entry_points, required_runs, trie_regex
+from triage.match.anchors import derive, required_runs
+from triage.match.engines import ReEngine, entry_points, trie_regex
 from triage.diagnose.diagnoser import diagnose
 from triage.match.matcher import Matcher
 from triage.input.reader import Chunk, iter_chunks

@@ -11,7 +11,7 @@ import click
 
 from triage import __version__
 from triage.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail, silence_stdout
-from triage.match.anchors import EngineError
+from triage.match.engines import EngineError
 
 
 class TriageGroup(click.Group):

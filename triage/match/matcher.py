@@ -29,14 +29,12 @@ from typing import Any
 from triage.input.reader import Chunk
 from triage.input.records import LineParts, join_variants, parse_line
 from triage.match.anchors import (
-    ReEngine,
     anchors_for,
-    cached_closure,
     keyword_anchor,
-    make_engine,
     needs_keywords,
     strong_anchor,
 )
+from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.loose import (
     LooseMatch,
     LoosePattern,

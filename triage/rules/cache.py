@@ -37,7 +37,7 @@ MAX_ENTRIES = 256  # beyond this, writing an entry removes the oldest ones
 FORMAT = b"1"
 # The code whose output is cached: a change to it (in a checkout, where the version
 # stays the same) must not meet entries it made before.
-DERIVING_MODULES = ("rules/ruleset.py", "match/anchors.py", "rules/cache.py", "match/matcher.py", "match/loose.py")
+DERIVING_MODULES = ("rules/ruleset.py", "match/anchors.py", "match/engines.py", "rules/cache.py", "match/matcher.py", "match/loose.py")
 
 _salt: bytes | None = None
 _usable_dirs: dict[str, bool] = {}
