@@ -8,9 +8,11 @@ $GITHUB_STEP_SUMMARY is the markdown format; the CLI appends it.
 from __future__ import annotations
 
 from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
+from triage.report.sections import laid_out
 from triage.model import Finding
 
 COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
+MESSAGE_LAYOUT = {"cause": "{text}", "fix": "{number}. {text}"}
 
 
 def escape_data(text: str) -> str:
@@ -41,7 +43,4 @@ def message(finding: Finding) -> str:
     lines = [f"{finding.name}: {finding.title}"]
     if finding.count > 1:
         lines[0] += f" (x{finding.count})"
-    if finding.cause:
-        lines.append(" ".join(finding.cause))
-    lines.extend(f"{number}. {fix}" for number, fix in enumerate(finding.fixes, 1))
-    return "\n".join(lines)
+    return "\n".join(lines + laid_out(finding, MESSAGE_LAYOUT))

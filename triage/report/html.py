@@ -11,31 +11,28 @@ line's full text (which may quote a prompt) is there only with --show-text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from html import escape
-from typing import Any
 
 from triage import __version__
 from triage.model import Finding
-from triage.report import TOOL_NAME, ScanResult, by_run, facts_used, summary_line, where
+from triage.report import TOOL_NAME, ScanResult, by_run, summary_line
+from triage.report import runs
+from triage.report.sections import laid_out
 from triage.report.pictures import PARTS, Picture, Row, finding_pictures, summary_pictures
-from triage.rules.expr import format_value
 
 SVG_WIDTH = 1000  # viewBox units of a bar; the bar is drawn to whatever width the page gives it
 SVG_HEIGHT = 20
 MIN_SEGMENT = 12  # viewBox units: a segment that is not empty never vanishes (a 1-token overflow)
 HEADROOM = 2 * MIN_SEGMENT  # the scale's end stops short of the edge: room for such a tail after it
 
-OUTCOME_WORDS = {"ready": "reached ready", "failed": "failed", "unknown": "the log ends before ready or a failure"}
-# What a run summary lists, in this order, when the log said it.
-RUN_FACTS = (
-    ("version", "vLLM version"), ("model", "model"), ("max_model_len", "served window (max_model_len)"),
-    ("gpu_memory_utilization", "GPU memory utilization"), ("tensor_parallel_size", "tensor parallel"),
-    ("kv_cache_dtype", "KV cache dtype"), ("weights_gib", "weights per GPU (GiB)"),
-    ("kv_gib_available", "KV cache per GPU (GiB)"), ("kv_tokens", "KV cache (tokens)"),
-    ("concurrency", "full-length sequences at once"), ("ready", "reached ready"),
-    ("kv_usage_at_start_pct", "KV usage at start (%)"),
-)
+HTML_LAYOUT = {  # the fixes are one numbered list
+    "where": '<p class="where">at {text}</p>',
+    "said": '<p class="muted">vLLM said:</p><div class="said">{text}</div>',
+    "text": '<p class="muted">Full text:</p><div class="said">{text}</div>',
+    "cause": '<p class="cause"><strong>Cause:</strong> {text}</p>',
+    "figures": '<p class="muted">Figures from this run\'s log: {text}</p>',
+}
 
 STYLE = """
 :root { --fg: #1d1d1f; --muted: #5a5a60; --line: #d8d8dc; --error: #c62828; --warning: #b26a00; --info: #1565c0; }
@@ -127,46 +124,36 @@ def render(result: ScanResult) -> str:
 
 
 def _runs(result: ScanResult) -> Iterable[str]:
-    summaries = [run.summary for runs in result.runs.values() for run in runs if run.summary is not None]
+    summaries = runs.summaries(result)
     if not summaries:
         return
+    counts = runs.runs_per_input(result)
     yield '<section id="runs"><h2>Runs</h2>'
     for summary in summaries:
+        run = runs.run_sections(summary, counts.get(summary.source, 1))
         yield f'<article class="run {escape(summary.outcome)}" data-source="{escape(summary.source)}" data-run="{summary.number}">'
-        yield f"<h3>{escape(summary.source)}: run {summary.number}, {escape(OUTCOME_WORDS.get(summary.outcome, summary.outcome))}</h3>"
-        yield f'<p class="where">lines {summary.first_line}-{summary.last_line}</p>'
-        yield from _failures(summary)
-        yield from _facts(summary.facts)
+        yield f"<h3>{escape(run.where)}</h3>"
+        yield f'<p class="outcome"><strong>{escape(run.outcome)}</strong></p>'
+        yield from _failures(run)
+        yield from _figures(run.figures)
         for picture in summary_pictures(summary):
             yield figure(picture)
         yield "</article>"
     yield "</section>"
 
 
-def _failures(summary: Any) -> Iterable[str]:
-    first = summary.first_failure
-    if first is None:
-        return
-    yield f'<p class="cause"><strong>Failed first: {escape(first.process or "the main process")} at line {first.error_line}</strong></p>'
-    yield f'<div class="said">{escape(first.error)}</div>'
-    for failure in summary.consequences:
-        head = f"Then: {failure.process or 'the main process'} at line {failure.error_line}"
-        if failure.same_error or failure.error == first.error:  # another rank saying the same: said once
-            yield f'<p class="muted">{escape(head)}, the same error</p>'
-        else:
-            yield f'<p class="muted"><strong>{escape(head)}</strong></p><div class="said">{escape(failure.error)}</div>'
+def _failures(run: runs.RunSections) -> Iterable[str]:
+    if run.first_failure is not None:
+        yield f'<p class="cause">{escape(run.first_failure)}</p>'
+    yield from (f'<p class="muted">{escape(consequence)}</p>' for consequence in run.consequences)
 
 
-def _facts(facts: Mapping[str, Any]) -> Iterable[str]:
-    items = [(label, facts[name]) for name, label in RUN_FACTS if name in facts]
-    if "concurrency" in facts and "concurrency_tokens" in facts:
-        items = [(f"{label} of {format_value(facts['concurrency_tokens'])} tokens" if label.startswith("full-") else label, v)
-                 for label, v in items]
-    if not items:
+def _figures(figures: Sequence[runs.Figure]) -> Iterable[str]:
+    if not figures:
         return
     yield '<dl class="facts">'
-    for label, value in items:
-        yield f"<dt>{escape(label)}</dt><dd>{escape(format_value(value))}</dd>"
+    for label, text, line in figures:
+        yield f"<dt>{escape(label)}</dt><dd>{escape(text)}{f' (line {line})' if line else ''}</dd>"
     yield "</dl>"
 
 
@@ -189,18 +176,11 @@ def finding_html(finding: Finding) -> str:
         (f'<h3><code>{escape(finding.code)}</code> {escape(finding.name)} '
          f'<span class="badge {severity}">{escape(finding.stage)} · {severity}</span></h3>'),
         f"<p><strong>{escape(finding.title)}</strong></p>",
-        f'<p class="where">at {escape(where(finding))}</p>',
+        *laid_out(finding, HTML_LAYOUT, escape),
     ]
-    if finding.excerpt:
-        parts.append(f'<p class="muted">vLLM said:</p><div class="said">{escape(finding.excerpt)}</div>')
-    if finding.text is not None:  # only with --show-text
-        parts.append(f'<p class="muted">Full text:</p><div class="said">{escape(finding.text)}</div>')
-    if finding.cause:
-        parts.append(f'<p class="cause"><strong>Cause:</strong> {escape(" ".join(finding.cause))}</p>')
-    if finding.facts:
-        parts.append(f'<p class="muted">Figures from this run\'s log: {escape(facts_used(finding))}</p>')
-    if finding.fixes:
-        parts.append('<ol class="fixes">' + "".join(f"<li>{escape(fix)}</li>" for fix in finding.fixes) + "</ol>")
+    fixes = laid_out(finding, {"fix": "<li>{text}</li>"}, escape)
+    if fixes:
+        parts.append('<ol class="fixes">' + "".join(fixes) + "</ol>")
     parts += [figure(picture) for picture in finding_pictures(finding)]
     parts.append("</article>")
     return "\n".join(parts)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from triage.report import TOOL_NAME, ScanResult, checks, where
+from triage.report import TOOL_NAME, ScanResult, checks
+from triage.report.sections import laid_out
 from triage.model import Finding
 
 
@@ -47,13 +48,11 @@ def testcase(suite: str, code: str, rule_name: str, findings: list[Finding]) -> 
     return "\n".join([f"    <testcase {attributes}>", *failures, "    </testcase>"])
 
 
+FAILURE_LAYOUT = {"where": "at {text}", "said": "vLLM said: {text}", "cause": "cause: {text}", "fix": "{number}. {text}"}
+
+
 def failure(finding: Finding) -> str:
-    body = [f"at {where(finding)}"]
-    if finding.excerpt:
-        body.append(f"vLLM said: {finding.excerpt}")
-    if finding.cause:
-        body.append("cause: " + " ".join(finding.cause))
-    body.extend(f"{number}. {fix}" for number, fix in enumerate(finding.fixes, 1))
+    body = laid_out(finding, FAILURE_LAYOUT)
     message = attr(f"{finding.title} ({finding.source}:{finding.line})")
     return f"      <failure type={attr(finding.severity)} message={message}>{escape(_xml_text(chr(10).join(body)))}</failure>"
 

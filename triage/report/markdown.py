@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
+from triage.report.sections import Section, finding_sections
 from triage.report.pictures import Picture, finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
 
@@ -35,17 +36,26 @@ def table(findings: Sequence[Finding]) -> str:
 
 
 def details(finding: Finding) -> str:
-    lines = [f"### {ICON[finding.severity]} {finding.code} {finding.name}: {cell(finding.title)}", "", f"at {cell(where(finding))}"]
-    if finding.excerpt:
-        lines += ["", "vLLM said:", "", fenced(finding.excerpt)]
-    if finding.cause:
-        lines += ["", "**Cause:** " + " ".join(finding.cause)]
-    if finding.fixes:
-        lines += ["", "**Fix:**", ""] + [f"{number}. {fix}" for number, fix in enumerate(finding.fixes, 1)]
+    lines = [f"### {ICON[finding.severity]} {finding.code} {finding.name}: {cell(finding.title)}"]
+    for section in finding_sections(finding):
+        lines += _section_lines(section)
     pictures = finding_pictures(finding)
     if pictures:
         lines += ["", picture_block(pictures)]
     return "\n".join(lines)
+
+
+def _section_lines(section: Section) -> list[str]:
+    """A section as markdown lines: a paste shows no full text or figures words (the table has the numbers)."""
+    if section.kind == "where":
+        return ["", f"at {cell(section.text)}"]
+    if section.kind == "said":
+        return ["", "vLLM said:", "", fenced(section.text)]
+    if section.kind == "cause":
+        return ["", "**Cause:** " + section.text]
+    if section.kind == "fix":
+        return [*(["", "**Fix:**", ""] if section.number == 1 else []), f"{section.number}. {section.text}"]
+    return []
 
 
 def picture_block(pictures: list[Picture]) -> str:

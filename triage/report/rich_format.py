@@ -10,12 +10,15 @@ from rich.panel import Panel
 from rich.text import Text
 
 from triage.model import Finding
-from triage.report import ScanResult, facts_used, summary_line, where
-from triage.report.runs import grouped, one_line_consequence, runs_per_input, summary_lines, worth_showing
+from triage.report import ScanResult, summary_line
+from triage.report.sections import Section, finding_sections
+from triage.report.runs import grouped, one_line_consequence, run_sections, runs_per_input, worth_showing
+from triage.report.text import summary_lines
 from triage.report.pictures import finding_pictures, rich_text, run_summaries
 
 STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 OUTCOME_STYLE = {"ready": "green", "failed": "red", "unknown": "yellow"}
+LABELS = {"said": "vLLM said: ", "text": "Full text: ", "cause": "Cause: ", "figures": "Figures from this run's log: "}
 
 
 def render_rich(result: ScanResult) -> str:
@@ -25,7 +28,7 @@ def render_rich(result: ScanResult) -> str:
     runs = runs_per_input(result)
     for summary, heading, findings in grouped(result):
         if summary is not None and worth_showing(summary):
-            head, *rest = summary_lines(summary, runs.get(summary.source, 1))
+            head, *rest = summary_lines(run_sections(summary, runs.get(summary.source, 1)))
             style = OUTCOME_STYLE[summary.outcome]
             console.print(Panel(Text("\n".join(line.strip() for line in rest)), title=Text(head, style=f"bold {style}"),
                                 title_align="left", border_style=style))
@@ -46,17 +49,7 @@ def render_rich(result: ScanResult) -> str:
 
 def _panel(finding: Finding, width: int) -> Panel:
     style = STYLE[finding.severity]
-    body = [Text(where(finding), style="dim")]
-    if finding.excerpt:
-        body.append(Text.assemble(("vLLM said: ", "bold"), (finding.excerpt, "italic")))
-    if finding.text is not None:  # only with --show-text
-        body.append(Text.assemble(("Full text: ", "bold"), finding.text))
-    if finding.cause:
-        body.append(Text.assemble(("Cause: ", "bold"), " ".join(finding.cause)))
-    if finding.facts:
-        body.append(Text.assemble(("Figures from this run's log: ", "bold"), facts_used(finding)))
-    for number, fix in enumerate(finding.fixes, 1):
-        body.append(Text.assemble((f" {number}. ", "bold " + style), fix))
+    body = [_section_text(section, style) for section in finding_sections(finding)]
     for picture in finding_pictures(finding):
         body += [Text(""), rich_text(picture, width)]
     title = Text.assemble(
@@ -65,3 +58,11 @@ def _panel(finding: Finding, width: int) -> Panel:
         (f"  {finding.stage} · {finding.severity}", style),
     )
     return Panel(Group(*body), title=title, title_align="left", subtitle=finding.title, subtitle_align="left", border_style=style)
+
+
+def _section_text(section: Section, style: str) -> Text:
+    if section.kind == "where":
+        return Text(section.text, style="dim")
+    if section.kind == "fix":
+        return Text.assemble((f" {section.number}. ", "bold " + style), section.text)
+    return Text.assemble((LABELS[section.kind], "bold"), (section.text, "italic" if section.kind == "said" else ""))

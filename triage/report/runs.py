@@ -4,7 +4,8 @@ the figures and the outcome are the run's RunSummary, worked out by the diagnosi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from triage.model import Finding, ProcessFailure, RunSummary, ScanResult
 from triage.rules.expr import format_value
@@ -48,8 +49,40 @@ def summaries(result: ScanResult) -> list[RunSummary]:
     return found
 
 
-def figures(summary: RunSummary) -> Iterator[tuple[str, str, int]]:
-    """(label, value as read, the line that states it): each label once, the fullest form."""
+class Figure(NamedTuple):
+    label: str
+    text: str  # the value as read ("5 GiB per GPU, 40,960 tokens")
+    line: int  # the line that states it; 0 when none is known
+
+
+@dataclass(frozen=True, slots=True)
+class RunSections:
+    """What every format shows of a run, in words; each format lays it out."""
+
+    where: str  # "fixtures/x.log run 2 (lines 40-96)"
+    outcome: str  # "failed at startup, at line 88"
+    figures: list[Figure]
+    first_failure: str | None  # its process, first line and root error
+    consequences: list[str]  # one for each other process
+
+    @property
+    def headline(self) -> str:
+        return f"{self.where}: {self.outcome}"
+
+
+def run_sections(summary: RunSummary, runs_in_input: int = 1) -> RunSections:
+    first = summary.first_failure
+    return RunSections(
+        where=run_where(summary, runs_in_input),
+        outcome=outcome_words(summary),
+        figures=list(figures(summary)),
+        first_failure=failure_line(first) if first is not None else None,
+        consequences=[consequence_line(c) for c in summary.consequences] if first is not None else [],
+    )
+
+
+def figures(summary: RunSummary) -> Iterator[Figure]:
+    """Each label once, the fullest form the run's facts allow."""
     facts, shown = summary.facts, set()
     for label, names, template in FIGURES:
         if label in shown or not all(facts.get(name) not in (None, "") for name in names):
@@ -58,20 +91,24 @@ def figures(summary: RunSummary) -> Iterator[tuple[str, str, int]]:
             continue
         shown.add(label)
         text = template.format(**{name: format_value(facts[name]) for name in names})
-        yield label, text, summary.fact_lines.get(names[0], 0)
+        yield Figure(label, text, summary.fact_lines.get(names[0], 0))
 
 
-def headline(summary: RunSummary, runs_in_input: int = 1) -> str:
-    """'fixtures/x.log run 2 (lines 40-96): failed at startup, at line 88'."""
+def run_where(summary: RunSummary, runs_in_input: int = 1) -> str:
+    """'fixtures/x.log run 2 (lines 40-96)': the run number only where an input has several."""
     which = f" run {summary.number}" if runs_in_input > 1 or summary.number > 1 else ""
-    where = f"{summary.source}{which} (lines {summary.first_line}-{summary.last_line})"
+    return f"{summary.source}{which} (lines {summary.first_line}-{summary.last_line})"
+
+
+def outcome_words(summary: RunSummary) -> str:
+    """'failed at startup, at line 88', 'ready at line 40; then failed at runtime, at line 97'."""
     first = summary.first_failure
     if summary.outcome == "failed":
-        return f"{where}: failed at startup, at line {summary.outcome_line}"
+        return f"failed at startup, at line {summary.outcome_line}"
     if summary.outcome == "ready":
         died = f"; then failed at runtime, at line {first.error_line}" if first else ""
-        return f"{where}: ready at line {summary.outcome_line}{died}"
-    return f"{where}: outcome unknown (no ready line and no failure: the log may end before either)"
+        return f"ready at line {summary.outcome_line}{died}"
+    return "outcome unknown (no ready line and no failure: the log may end before either)"
 
 
 def process_label(process: str | None) -> str:
@@ -95,16 +132,6 @@ def consequence_line(consequence: ProcessFailure) -> str:
 def worth_showing(summary: RunSummary) -> bool:
     """A run that states a figure or how it ended: a paste of request errors alone has no summary to show."""
     return summary.outcome != "unknown" or any(True for _ in figures(summary))
-
-
-def summary_lines(summary: RunSummary, runs_in_input: int = 1) -> list[str]:
-    """The plain-text block of a run: headline, figures, first failure, consequences."""
-    lines = [headline(summary, runs_in_input)]
-    lines += [f"  {label}: {text} (line {line})" if line else f"  {label}: {text}" for label, text, line in figures(summary)]
-    if summary.first_failure is not None:
-        lines.append("  " + failure_line(summary.first_failure))
-        lines += ["    " + consequence_line(c) for c in summary.consequences]
-    return lines
 
 
 def runs_per_input(result: ScanResult) -> dict[str, int]:

@@ -13,11 +13,13 @@ from urllib.parse import quote
 
 from triage import __version__
 from triage.report import TOOL_NAME, ScanResult, checks, fingerprint, help_text, ordered, relative_path
+from triage.report.sections import laid_out
 from triage.model import Finding
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 FINGERPRINT_KEY = "vllmTriage/v1"
+MESSAGE_LAYOUT = {"cause": "{text}", "fix": "Fix {number}: {text}"}
 
 
 def render(result: ScanResult) -> str:
@@ -86,11 +88,7 @@ def sarif_result(finding: Finding, rule_index: int | None) -> dict:
 
 
 def message(finding: Finding) -> str:
-    lines = [f"{finding.title}."]
-    if finding.cause:
-        lines.append(" ".join(finding.cause))
-    lines.extend(f"Fix {number}: {fix}" for number, fix in enumerate(finding.fixes, 1))
-    return "\n".join(lines)
+    return "\n".join([f"{finding.title}.", *laid_out(finding, MESSAGE_LAYOUT)])
 
 
 def location(finding: Finding) -> dict:

@@ -9,8 +9,9 @@ import sys
 import textwrap
 from collections.abc import Iterator
 
-from triage.report import ScanResult, facts_used, summary_line, where
-from triage.report.runs import grouped, one_line_consequence, runs_per_input, summary_lines, worth_showing
+from triage.report import ScanResult, summary_line
+from triage.report.sections import laid_out
+from triage.report.runs import RunSections, grouped, one_line_consequence, run_sections, runs_per_input, worth_showing
 from triage.report.pictures import finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
 
@@ -32,7 +33,7 @@ def _plain_blocks(result: ScanResult) -> Iterator[str]:
     runs = runs_per_input(result)
     for summary, heading, findings in grouped(result):
         if summary is not None and worth_showing(summary):
-            yield "\n".join(summary_lines(summary, runs.get(summary.source, 1)))
+            yield "\n".join(summary_lines(run_sections(summary, runs.get(summary.source, 1))))
         elif heading:
             yield f"== {heading} =="
         consequences = [one_line_consequence(f) for f in findings if f.root is False]
@@ -46,21 +47,29 @@ def _plain_blocks(result: ScanResult) -> Iterator[str]:
     yield summary_line(result)
 
 
+def summary_lines(run: RunSections) -> list[str]:
+    """A run's plain-text block: headline, figures, first failure, consequences."""
+    lines = [run.headline]
+    lines += [f"  {label}: {text} (line {line})" if line else f"  {label}: {text}" for label, text, line in run.figures]
+    if run.first_failure is not None:
+        lines.append("  " + run.first_failure)
+        lines += ["    " + consequence for consequence in run.consequences]
+    return lines
+
+
+PLAIN_LAYOUT = {
+    "where": "  at {text}",
+    "said": "  vLLM said: {text}",
+    "text": "  full text: {text}",
+    "cause": "  cause: {text}",
+    "figures": "  figures from this run's log: {text}",
+    "fix": "  {number}. {text}",
+}
+
+
 def _plain_finding(finding: Finding, width: int | None = None) -> str:
-    lines = [
-        f"{finding.code} {finding.name} [{finding.stage}, {finding.severity}] {finding.title}",
-        f"  at {where(finding)}",
-    ]
-    if finding.excerpt:  # gate assertions quote no line
-        lines.append(f"  vLLM said: {finding.excerpt}")
-    if finding.text is not None:  # only with --show-text
-        lines.append(f"  full text: {finding.text}")
-    if finding.cause:
-        lines.append("  cause: " + " ".join(finding.cause))
-    if finding.facts:
-        lines.append(f"  figures from this run's log: {facts_used(finding)}")
-    for number, fix in enumerate(finding.fixes, 1):
-        lines.append(f"  {number}. {fix}")
+    lines = [f"{finding.code} {finding.name} [{finding.stage}, {finding.severity}] {finding.title}"]
+    lines += laid_out(finding, PLAIN_LAYOUT)
     wrap_at = wrap_width()
     if wrap_at:
         lines = [wrapped for line in lines for wrapped in hanging(line, wrap_at)]
