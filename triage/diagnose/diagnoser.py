@@ -29,15 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from triage.rules.expr import Expression, Missing, render
-from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive, derive_these, holds
+from triage.rules.expr import Missing, render
+from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive
+from triage.diagnose.requirements import Requirement, derived_when_met
 from triage.plan.kvcache import GIB, bytes_for_tokens, round_up
 from triage.rules.ruleset import Rule, Step
 from triage.diagnose.store import FindingStore
 from triage.diagnose.lifecycle import FAILURE_NAMES, Lifecycle, failure_names, run_summary
 from triage.model import Event, Finding, RunSummary
 
-__all__ = ["Diagnoser", "Diagnosis", "diagnose", "meets_requirement", "render_steps"]
+__all__ = ["Diagnoser", "Diagnosis", "diagnose", "render_steps"]
 
 # The cause's last sentence for a hosted API's error; its server-side fixes are not rendered.
 HOSTED_NOTE = "The error came from a hosted API that words it as vLLM does, not from a vLLM server: only the request can change."
@@ -263,71 +264,6 @@ def rendered_words(rule: Rule, names: Mapping[str, Any], hosted: bool) -> tuple[
     return cause, render_steps(rule.fixes, names, hosted=hosted)
 
 
-@dataclass(slots=True)
-class Requirement:
-    """A rule's `require` with the names it reads, worked out once per rule: each event's
-    check then looks up those few names instead of merging every fact into a new dict."""
-
-    condition: Expression | None
-    names: tuple[str, ...]  # every name it reads, through the derived numbers it uses
-    derived: tuple[tuple[str, Expression], ...]  # those derived numbers, in the rule's order
-    facts: tuple[str, ...] | None  # the facts it reads; None: unknown (every event may wait for one)
-
-    @classmethod
-    def of(cls, rule: Rule, fact_names: set[str] | None = None) -> Requirement:
-        """fact_names: every name a fact may set; without them no event is ever settled."""
-        if rule.require is None:
-            return cls(None, (), (), ())
-        reads, todo = set(), list(rule.require.names)
-        while todo:
-            name = todo.pop()
-            if name in rule.derived and name not in reads:
-                todo.extend(rule.derived[name].names)
-            reads.add(name)
-        derived = tuple((name, expression) for name, expression in rule.derived.items() if name in reads)
-        facts = None if fact_names is None else tuple(sorted((reads - set(rule.derived)) & fact_names))
-        return cls(rule.require, tuple(sorted(reads)), derived, facts)
-
-    def settled(self, fields: Mapping[str, Any]) -> bool:
-        """No fact it reads can change the answer: the event's own numbers override them all."""
-        if self.facts is None:
-            return False
-        for name in self.facts:
-            if name not in fields:
-                return False
-        return True
-
-    def holds(self, fields: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
-        """meets_requirement() over DEFAULTS, then the facts, then the event's fields."""
-        if self.condition is None:
-            return True
-        names = {
-            name: fields[name] if name in fields else facts.get(name, DEFAULTS.get(name)) for name in self.names
-        }
-        if self.derived:
-            derive_these(self.derived, names)
-        try:
-            return bool(self.condition.evaluate(names))
-        except Missing:
-            return False
-
-
-def meets_requirement(rule: Rule, values: Mapping[str, Any]) -> bool:
-    """A rule's `require` condition over its fields, derived numbers and facts; one that
-    lacks a value does not hold, so a partial line never becomes a finding."""
-    if rule.require is None:
-        return True
-    names = dict(values)  # a plain dict: nothing here cites the names read, and its get() is C
-    names.update(derive(rule, names))
-    return holds(rule, names)
-
-
-def evaluate_check(rule: Rule, names: Names) -> dict[str, Any] | None:
-    """A check's derived numbers when its `require` holds over these names, else None."""
-    derived = derive(rule, names)
-    return derived if holds(rule, names) else None
-
-
 def render_steps(steps: list[Step], names: Mapping[str, Any], hosted: bool = False) -> list[str]:
     rendered = []
     for step in steps:
@@ -537,7 +473,7 @@ def sizing(p99: int, facts: Mapping[str, Any], max_model_len: int | None) -> dic
 def attach(rule: Rule, finding: Finding, facts: Mapping[str, Any]) -> None:
     """Add an attached check's sentences to a finding: causes after its own, fixes first."""
     names = Names({**DEFAULTS, **facts, **finding.fields, **finding.derived})
-    derived = evaluate_check(rule, names)
+    derived = derived_when_met(rule, names)
     if derived is None:
         return
     cause = render_steps(rule.cause, names, hosted=finding.hosted)
@@ -554,7 +490,7 @@ def run_checks(rules: Sequence[Rule], run: Run, figures: Mapping[str, Any]) -> l
     findings = []
     for rule in rules:
         names = Names({**DEFAULTS, **run.facts, **figures})
-        derived = evaluate_check(rule, names)
+        derived = derived_when_met(rule, names)
         if derived is None:
             continue
         used = _facts_used(names, run.facts, {})
@@ -582,7 +518,7 @@ def failure_findings(checks: Sequence[Rule], summary: RunSummary | None, finding
     for rule in checks:
         if rule.attach_to is not None or rule.require is None or not rule.require.names & set(FAILURE_NAMES):
             continue
-        derived = evaluate_check(rule, names)
+        derived = derived_when_met(rule, names)
         if derived is None:
             continue
         made.append(rule_finding(

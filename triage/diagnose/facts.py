@@ -224,16 +224,6 @@ def derive_these(expressions: Iterable[tuple[str, Expression]], names: dict[str,
     return derived
 
 
-def holds(rule: Rule, names: Mapping[str, Any]) -> bool:
-    """The rule's `require` condition; one that lacks a value does not hold."""
-    if rule.require is None:
-        return True
-    try:
-        return bool(rule.require.evaluate(names))
-    except Missing:
-        return False
-
-
 class Names(dict):
     """The names a template may use; remembers which were read, to cite the facts used."""
 

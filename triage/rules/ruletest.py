@@ -24,8 +24,8 @@ from typing import Any
 import regex
 
 from triage import pipeline
-from triage.diagnose.diagnoser import meets_requirement
 from triage.diagnose.facts import DEFAULTS, Facts, Names, Run, derive
+from triage.diagnose.requirements import Requirement, derived_when_met
 from triage.match.matcher import Matcher
 from triage.model import Event
 from triage.rules.ruleset import Example, Rule, RuleSet
@@ -100,11 +100,10 @@ def _check_check(rule: Rule) -> list[Failure]:
     failures = []
     for number, example in enumerate(rule.examples, 1):
         facts = example.fields  # a check's example states facts, not a log line
-        names = Names({**DEFAULTS, **facts})
-        if not meets_requirement(rule, names):
+        derived = derived_when_met(rule, {**DEFAULTS, **facts})
+        if derived is None:
             failures.append(Failure(rule.code, f"example {number}", f"does not hold on facts {facts}", expected=rule.code, got="nothing"))
             continue
-        derived = derive(rule, Names({**DEFAULTS, **facts}))
         failures += [
             Failure(rule.code, f"example {number}", f"derived {name}: expected {want!r}, got {derived.get(name)!r}",
                     expected=f"{name}={want!r}", got=f"{name}={derived.get(name)!r}")
@@ -112,15 +111,16 @@ def _check_check(rule: Rule) -> list[Failure]:
             if not _same(derived.get(name), want)
         ]
     for number, facts in enumerate(getattr(rule, "counter_facts", []) or [], 1):
-        if meets_requirement(rule, {**DEFAULTS, **facts}):
+        if derived_when_met(rule, {**DEFAULTS, **facts}) is not None:
             failures.append(Failure(rule.code, f"counter-example {number}", f"holds on facts {facts} but must not",
                                     expected="no finding", got=rule.code))
     return failures
 
 
 def fires(event: Event, facts: Mapping[str, Any]) -> bool:
-    """A match becomes a finding (or a fact) only when the rule's `require` holds."""
-    return meets_requirement(event.rule, {**DEFAULTS, **facts, **event.fields})
+    """A match becomes a finding (or a fact) only when the rule's `require` holds: judged
+    as the diagnosis judges it."""
+    return Requirement.of(event.rule).holds(event.fields, facts)
 
 
 def fired_events(matcher: Matcher, source: str, data: bytes) -> list[tuple[Event, Facts]]:
