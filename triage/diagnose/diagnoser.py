@@ -218,39 +218,24 @@ def within(line: int, spans: Sequence[tuple[int, int]]) -> bool:
 
 
 def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, run: int = 1) -> Finding:
+    """An event's finding: its line, its own numbers and those derived over them and the facts."""
     rule: Rule = event.rule
     names = Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
-    derived = derive(rule, names)
-    cause, fixes = rendered_words(rule, names, event.hosted)
+    derived = derive(rule, names)  # into names too, before the words that read them
     record = event.record
-    return Finding(
-        code=rule.code,
-        name=rule.name,
-        title=rule.title,
-        stage=rule.stage,
-        severity=rule.severity,
-        source=record.source,
-        line=record.line,
-        excerpt=event.excerpt,
-        fields=dict(event.fields),
-        derived=derived,
-        cause=cause,
-        fixes=fixes,
-        process=record.process,
-        rank=record.rank,
-        time=record.time,
-        hosted=event.hosted,
-        references=list(rule.references),
-        facts=_facts_used(names, facts, event.fields),  # after rendering: the words read facts too
-        text=record.text if keep_text else None,
-        run=run,
-        also_at=event.also_at,
+    finding = rule_finding(
+        rule, names, event.hosted, source=record.source, line=record.line, excerpt=event.excerpt,
+        fields=dict(event.fields), derived=derived, process=record.process, rank=record.rank,
+        time=record.time, text=record.text if keep_text else None, run=run, also_at=event.also_at,
     )
+    finding.facts = _facts_used(names, facts, event.fields)  # after rendering: the words read facts too
+    return finding
 
 
 def rule_finding(rule: Rule, names: Mapping[str, Any], hosted: bool = False, **where: Any) -> Finding:
-    """A check's finding: the rule's identity, references and words over these names; `where`
-    gives the place and numbers (the builder of the run checks' and the failure checks' findings)."""
+    """A rule's finding: its identity, references and words over these names; `where` gives
+    the place and numbers. The one builder: of an event's finding, a run check's, a failure
+    check's and a gate assertion's."""
     cause, fixes = rendered_words(rule, names, hosted)
     return Finding(code=rule.code, name=rule.name, title=rule.title, stage=rule.stage, severity=rule.severity,
                    cause=cause, fixes=fixes, hosted=hosted, references=list(rule.references), **where)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from triage.diagnose.diagnoser import render_steps
+from triage.diagnose.diagnoser import rule_finding
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE, round_down
 from triage.rules.ruleset import AUTO_FIT, GATE_CODES, Rule
 from triage.model import Finding
@@ -243,17 +243,8 @@ def evidence_facts(check: Rule, numbers: Mapping[str, Any], facts: Mapping[str, 
 
 
 def to_finding(check: Rule, source: str, numbers: Mapping[str, Any], line: int) -> Finding:
-    return Finding(
-        code=check.code,
-        name=check.name,
-        title=check.title,
-        stage=check.stage,
-        severity=check.severity,
-        source=source,
-        line=line,
-        excerpt="",
+    return rule_finding(
+        check, numbers, source=source, line=line, excerpt="",
         fields={k: v for k, v in numbers.items() if k not in FLAGS | COMPUTED},
         derived={k: v for k, v in numbers.items() if k in COMPUTED},
-        cause=render_steps(check.cause, numbers),
-        fixes=render_steps(check.fixes, numbers),
     )
