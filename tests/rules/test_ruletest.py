@@ -220,3 +220,11 @@ def test_a_rule_the_code_relies_on_is_checked_at_load(monkeypatch, key):
     monkeypatch.delitem(RELIED_ON, key)
     with pytest.raises(RuleError, match="no-such-rule .a test needs it.; there is none"):
         load_rules()
+
+
+@pytest.mark.parametrize("marker", [
+    "#! outcome maybe", "#! fact kv_tokens", "#! fact kv_tokens=1 stray", "#! first-failure", "#! no-fact",
+])
+def test_a_run_marker_that_cannot_be_read_fails(tmp_path, marker):
+    failures, read = check_fixture(RULES, fixture(tmp_path, marker, NOISE))
+    assert read == 1 and len(failures) == 1 and "#!" in failures[0].problem

@@ -6,6 +6,10 @@ not a marker (the line where the event's first line must be):
     #! expect VT101 max_model_len=8192 prompt_tokens=9000   VT101 fires there, with these numbers
     #! ok VT101                                             VT101 does not fire there
     #! ok                                                   no rule fires there
+    #! outcome failed                                       its run failed; this is the root error line
+
+(and the other run markers of triage/rules/runmarkers.py: first-failure, root-error,
+consequence, fact, no-fact).
 
 Values are compared with the event's fields, else with the rule's derived numbers. On a
 line with `expect` markers every rule that fires must be expected. Fact rules (capacity
@@ -27,7 +31,9 @@ from triage import pipeline
 from triage.diagnose.facts import DEFAULTS, Facts, Names, Run, derive
 from triage.diagnose.requirements import Requirement, derived_when_met
 from triage.match.matcher import Matcher
-from triage.model import Event
+from triage.model import Event, RunSummary
+from triage.rules import runmarkers
+from triage.rules.runmarkers import RunMarker
 from triage.rules.ruleset import Example, Rule, RuleSet
 
 MARKER_PREFIX = b"#!"
@@ -128,13 +134,19 @@ def fired_events(matcher: Matcher, source: str, data: bytes) -> list[tuple[Event
     fire, each with the facts it is judged by: a problem's, those its run holds at the end
     (its finding is made with them); a fact's, those its run holds just after its line (what
     it set, a count that later lines add to included)."""
+    return scanned(matcher, source, data)[0]
+
+
+def scanned(matcher: Matcher, source: str, data: bytes) -> tuple[list[tuple[Event, Facts]], list[RunSummary]]:
+    """fired_events(), and the summaries of the runs the scan found."""
     seen: list[tuple[Event, Facts]] = []
 
     def take(event: Event, run: Run) -> None:
         seen.append((event, run.facts.copy() if event.rule.kind == "fact" else run.facts))
 
-    pipeline.scan([pipeline.Text(source, data)], pipeline.ScanOptions(matcher.ruleset, matcher=matcher, on_event=take))
-    return [(event, facts) for event, facts in seen if event.rule.kind == "fact" or fires(event, facts)]
+    result = pipeline.scan([pipeline.Text(source, data)], pipeline.ScanOptions(matcher.ruleset, matcher=matcher, on_event=take))
+    summaries = [run.summary for run in result.runs.get(source, []) if run.summary is not None]
+    return [(event, facts) for event, facts in seen if event.rule.kind == "fact" or fires(event, facts)], summaries
 
 
 def _check_match(matcher: Matcher, rule: Rule, number: int, example: Example) -> list[Failure]:
@@ -189,12 +201,12 @@ def has_markers(path: Path) -> bool:
         return any(line.startswith(MARKER_PREFIX) for line in stream)
 
 
-def read_markers(data: bytes, source: str) -> tuple[bytes, list[Marker], list[Failure]]:
+def read_markers(data: bytes, source: str) -> tuple[bytes, list[Marker | RunMarker], list[Failure]]:
     """The log with marker lines blanked, the markers (each aimed at its line), and bad markers."""
     lines = data.split(b"\n")
-    markers: list[Marker] = []
+    markers: list[Marker | RunMarker] = []
     failures: list[Failure] = []
-    pending: list[Marker] = []
+    pending: list[Marker | RunMarker] = []
     for number, raw in enumerate(lines, 1):
         if not raw.startswith(MARKER_PREFIX):
             for marker in pending:
@@ -210,14 +222,19 @@ def read_markers(data: bytes, source: str) -> tuple[bytes, list[Marker], list[Fa
         else:
             pending.append(parsed)
     for marker in pending:
-        failures.append(Failure(marker.code or "-", f"{source}:{marker.marker_line}", "marker has no log line after it"))
+        code = marker.code or "-" if isinstance(marker, Marker) else "-"
+        failures.append(Failure(code, f"{source}:{marker.marker_line}", "marker has no log line after it"))
     return b"\n".join(lines), markers, failures
 
 
-def _parse_marker(text: str, number: int) -> tuple[Marker | None, str]:
+def _parse_marker(text: str, number: int) -> tuple[Marker | RunMarker | None, str]:
+    run_marker, problem = runmarkers.parse(text, number, parse_value)
+    if run_marker is not None or problem:
+        return run_marker, problem
     match = MARKER.match(text)
     if match is None:
-        return None, f"not a marker we know (use '#! expect CODE name=value ...' or '#! ok [CODE]'): {text!r}"
+        return None, (f"not a marker we know (use '#! expect CODE name=value ...', '#! ok [CODE]' or one of "
+                      f"{', '.join(runmarkers.VERBS)}): {text!r}")
     words = match["rest"].split()
     verb = match["verb"]
     if verb == "ok":
@@ -254,24 +271,25 @@ def check_fixture(ruleset: RuleSet, path: Path) -> tuple[list[Failure], int]:
         data = path.read_bytes()
     except OSError as exc:
         return [Failure("-", f"{source}:0", f"cannot read fixture: {exc}")], 0
-    blanked, markers, failures = read_markers(data, source)
-    read = len(markers) + len(failures)  # each failure so far is one marker line that could not be used
+    blanked, every_marker, failures = read_markers(data, source)
+    read = len(every_marker) + len(failures)  # each failure so far is one marker line that could not be used
+    run_markers = [m for m in every_marker if isinstance(m, RunMarker)]
+    markers = [m for m in every_marker if isinstance(m, Marker)]
     for marker in markers:
         if marker.code is not None and ruleset.by_code(marker.code) is None:
             failures.append(Failure(marker.code, f"{source}:{marker.marker_line}", "marker names an unknown rule"))
     markers = [m for m in markers if m.code is None or ruleset.by_code(m.code) is not None]
-    events_by_line = _fired_events(ruleset, source, blanked)
+    events, summaries = scanned(Matcher(ruleset), source, blanked)
+    events_by_line: dict[int, list[tuple[Event, Facts]]] = {}
+    for event, facts in events:
+        events_by_line.setdefault(event.record.line, []).append((event, facts))
     for line in sorted({m.target_line for m in markers}):
         here = [m for m in markers if m.target_line == line]
         failures.extend(_check_line(f"{source}:{line}", here, events_by_line.get(line, [])))
+    if run_markers:
+        failures += [Failure("-", where, problem, expected=expected, got=got)
+                     for where, problem, expected, got in runmarkers.check(summaries, run_markers, source, _same)]
     return failures, read
-
-
-def _fired_events(ruleset: RuleSet, source: str, data: bytes) -> dict[int, list[tuple[Event, Facts]]]:
-    by_line: dict[int, list[tuple[Event, Facts]]] = {}
-    for event, facts in fired_events(Matcher(ruleset), source, data):
-        by_line.setdefault(event.record.line, []).append((event, facts))
-    return by_line
 
 
 def _check_line(where: str, markers: list[Marker], fired_here: list[tuple[Event, Facts]]) -> list[Failure]:
