@@ -1,4 +1,4 @@
-"""One self-contained HTML file to share: run summaries, every finding with its cause and
+"""One self-contained HTML file to share: each run's summary first, then every finding with its cause and
 fixes, and the pictures as inline SVG.
 
 Nothing in it loads anything: no scripts, fonts, images or style sheets from elsewhere (the
@@ -99,8 +99,8 @@ def render(result: ScanResult) -> str:
         f'<p class="summary" id="summary">{escape(summary_line(result))}</p>',
         f'<p class="muted">inputs: {escape(", ".join(result.inputs)) or "none"}</p>',
         "</header>",
-        *_findings(result),
         *_runs(result),
+        *_findings(result),
         *_errors(result),
         f'<footer class="muted"><p>{TOOL_NAME} {escape(__version__)}</p></footer>',
     ]

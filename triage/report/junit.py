@@ -9,13 +9,18 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from triage.report import TOOL_NAME, ScanResult, checks
+from triage.report.runs import RunSections, shown_runs
 from triage.report.sections import laid_out
-from triage.model import Finding
+from triage.model import Finding, RunSummary
 
 
 def render(result: ScanResult) -> str:
     rules = checks(result)
-    suites = [testsuite(name, rules, [f for f in result.findings if f.source == name]) for name in result.inputs]
+    runs = shown_runs(result)
+    suites = [
+        testsuite(name, rules, [f for f in result.findings if f.source == name], [pair for pair in runs if pair[0].source == name])
+        for name in result.inputs
+    ]
     total_tests = sum(tests for _, tests, _ in suites)
     total_failures = sum(failed for _, _, failed in suites)
     head = (
@@ -24,7 +29,7 @@ def render(result: ScanResult) -> str:
     return "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', head, *(xml for xml, _, _ in suites), "</testsuites>"]) + "\n"
 
 
-def testsuite(name: str, rules: list, findings: list[Finding]) -> tuple[str, int, int]:
+def testsuite(name: str, rules: list, findings: list[Finding], runs: list[tuple[RunSummary, RunSections]]) -> tuple[str, int, int]:
     by_code: dict[str, list[Finding]] = {}
     for finding in sorted(findings, key=lambda f: f.line):
         by_code.setdefault(finding.code, []).append(finding)
@@ -37,7 +42,27 @@ def testsuite(name: str, rules: list, findings: list[Finding]) -> tuple[str, int
         f"  <testsuite name={attr(name)} tests=\"{len(cases)}\" failures=\"{failed}\" "
         f'errors="0" skipped="0" time="0">'
     )
-    return "\n".join([head, *xml, "  </testsuite>"]), len(cases), failed
+    return "\n".join([head, *properties(runs), *xml, "  </testsuite>"]), len(cases), failed
+
+
+def properties(runs: list[tuple[RunSummary, RunSections]]) -> list[str]:
+    """Each run of the input as <properties>: "run N outcome", "run N first failure", each
+    consequence, then each figure with the line that states it."""
+    pairs = [pair for summary, run in runs for pair in run_properties(summary, run)]
+    if not pairs:
+        return []
+    rows = [f"      <property name={attr(name)} value={attr(value)}/>" for name, value in pairs]
+    return ["    <properties>", *rows, "    </properties>"]
+
+
+def run_properties(summary: RunSummary, run: RunSections) -> list[tuple[str, str]]:
+    prefix = f"run {summary.number}"
+    pairs = [(f"{prefix} lines", f"{summary.first_line}-{summary.last_line}"), (f"{prefix} outcome", run.outcome)]
+    if run.first_failure is not None:
+        pairs.append((f"{prefix} first failure", run.first_failure))
+    pairs += [(f"{prefix} consequence {number}", text) for number, text in enumerate(run.consequences, 1)]
+    pairs += [(f"{prefix} {label}", f"{text} (line {line})" if line else text) for label, text, line in run.figures]
+    return pairs
 
 
 def testcase(suite: str, code: str, rule_name: str, findings: list[Finding]) -> str:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from triage.report import TOOL_NAME, ScanResult, ordered, summary_line, where
+from triage.report.runs import RunSections, shown_runs
 from triage.report.sections import Section, finding_sections
 from triage.report.pictures import Picture, finding_pictures, plain_block, run_summaries, terminal_width
 from triage.model import Finding
@@ -15,6 +16,7 @@ ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 def render(result: ScanResult) -> str:
     blocks = [f"## {TOOL_NAME}: {summary_line(result)}"]
+    blocks += [run_block(run) for _, run in shown_runs(result)]
     findings = ordered(result.findings)
     if findings:
         blocks.append(table(findings))
@@ -24,6 +26,18 @@ def render(result: ScanResult) -> str:
     if result.errors:
         blocks.append("**Could not read everything:**\n\n" + "\n".join(f"- {cell(e)}" for e in result.errors))
     return "\n\n".join(blocks) + "\n"
+
+
+def run_block(run: RunSections) -> str:
+    """A run's summary: its outcome as the heading, the first failure and each consequence, then
+    a table of the figures with the line that states each."""
+    lines = [f"### {cell(run.headline)}"]
+    if run.first_failure is not None:
+        lines += ["", f"- {cell(run.first_failure)}", *(f"  - {cell(c)}" for c in run.consequences)]
+    if run.figures:
+        lines += ["", "| fact | value | line |", "|---|---|---|"]
+        lines += [f"| {cell(label)} | {cell(text)} | {line or ''} |" for label, text, line in run.figures]
+    return "\n".join(lines)
 
 
 def table(findings: Sequence[Finding]) -> str:

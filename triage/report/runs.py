@@ -134,6 +134,12 @@ def worth_showing(summary: RunSummary) -> bool:
     return summary.outcome != "unknown" or any(True for _ in figures(summary))
 
 
+def shown_runs(result: ScanResult) -> list[tuple[RunSummary, RunSections]]:
+    """Each run worth a summary, in input order, with its sections."""
+    counts = runs_per_input(result)
+    return [(summary, run_sections(summary, counts[summary.source])) for summary in summaries(result) if worth_showing(summary)]
+
+
 def runs_per_input(result: ScanResult) -> dict[str, int]:
     return {name: sum(1 for run in result.runs.get(name, ()) if run.summary is not None) for name in result.inputs}
 

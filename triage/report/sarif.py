@@ -2,7 +2,8 @@
 
 Every rule that was run is listed under tool.driver.rules (an empty list when none ran);
 each finding is a result located at its log line, with its numbers in `properties` and a
-partial fingerprint that does not depend on the line, so it survives log rotation.
+partial fingerprint that does not depend on the line, so it survives log rotation. The run's
+properties hold each startup run's facts with their lines, outcome and first failure.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 from triage import __version__
 from triage.report import TOOL_NAME, ScanResult, checks, fingerprint, help_text, ordered, relative_path
+from triage.report.runs import run_dict, summaries
 from triage.report.sections import laid_out
 from triage.model import Finding
 
@@ -36,6 +38,8 @@ def render(result: ScanResult) -> str:
         "invocations": [invocation(result)],
         "results": [sarif_result(f, index.get(f.code)) for f in ordered(result.findings)],
         "columnKind": "unicodeCodePoints",
+        # each startup run of each input, as the JSON report's "runs" (docs/ci.md): a SARIF run is one scan
+        "properties": {"startupRuns": [run_dict(summary) for summary in summaries(result)]},
     }
     document = {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
