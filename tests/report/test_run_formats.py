@@ -13,7 +13,7 @@ from triage.pipeline import ScanOptions, scan
 from triage.report import relative_path, render
 from triage.report.github import escape_data, escape_property
 from triage.report.markdown import cell
-from triage.report.runs import run_sections, runs_per_input, summaries, worth_showing
+from triage.report.runs import run_sections, runs_per_input, stated_figures, summaries, worth_showing
 
 from conftest import FIXTURES, ROOT
 
@@ -126,3 +126,18 @@ def test_html_shows_each_run_s_outcome_figures_and_first_failure(scans):
                 assert f"<dt>{html.escape(label)}</dt><dd>{html.escape(text)}{f' (line {line})' if line else ''}</dd>" in article
             if summary.first_failure is not None:
                 assert html.escape(summary.first_failure.error) in article
+
+
+def test_each_fact_shows_in_one_figure_at_the_line_that_states_it(scans):
+    gpu_runs = 0
+    for _, shown in scans:
+        for summary in shown:
+            stated = list(stated_figures(summary))
+            names = [name for _, figure_facts in stated for name in figure_facts]
+            assert len(names) == len(set(names)), names  # "GPU: A100, 40 GiB" then "GPU memory: 40 GiB" was one fact twice
+            labels = [figure.label for figure, _ in stated]
+            assert len(labels) == len(set(labels)), labels
+            for figure, figure_facts in stated:
+                assert figure.line == summary.fact_lines.get(figure_facts[0], 0)
+            gpu_runs += "gpu_name" in names
+    assert gpu_runs  # a fixture states its GPU

@@ -83,15 +83,22 @@ def run_sections(summary: RunSummary, runs_in_input: int = 1) -> RunSections:
 
 def figures(summary: RunSummary) -> Iterator[Figure]:
     """Each label once, the fullest form the run's facts allow."""
-    facts, shown = summary.facts, set()
+    return (figure for figure, _ in stated_figures(summary))
+
+
+def stated_figures(summary: RunSummary) -> Iterator[tuple[Figure, tuple[str, ...]]]:
+    """Each figure with the facts it shows; each fact in one figure (the GPU's memory shown with
+    its name is not shown again on its own)."""
+    facts, shown, used = summary.facts, set(), set[str]()
     for label, names, template in FIGURES:
-        if label in shown or not all(facts.get(name) not in (None, "") for name in names):
+        if label in shown or used.issuperset(names) or not all(facts.get(name) not in (None, "") for name in names):
             continue
         if len(names) == 1 and facts[names[0]] == 1 and label in HIDDEN.values():
             continue
         shown.add(label)
+        used.update(names)
         text = template.format(**{name: format_value(facts[name]) for name in names})
-        yield Figure(label, text, summary.fact_lines.get(names[0], 0))
+        yield Figure(label, text, summary.fact_lines.get(names[0], 0)), names
 
 
 def run_where(summary: RunSummary, runs_in_input: int = 1) -> str:
