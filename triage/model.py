@@ -88,6 +88,7 @@ class ProcessFailure:
     time: str | None = None  # the timestamp of its first line, when it has one
     stage: str = "startup"  # "runtime" when it failed after the server was ready
     same_error: bool = False  # a consequence that repeats the first failure's error (another rank, a re-raise)
+    died: bool = False  # reported dead by another process's line, with no traceback of its own (killed)
 
 
 @dataclass(slots=True)

@@ -17,8 +17,14 @@ from how vLLM prints (the shared lifecycle notes):
   timestamp when every such block has a comparable one, else by line. Every EngineCore
   failure is printed twice (logged, then re-raised into "Process EngineCore_DP0:"): a
   process is counted once, at its first block. Each other process is a consequence, once.
-- Without such a block, the first consequence is all there is to point at (a killed worker's
-  "died, exit code: -9", an NCCL watchdog time-out, "Failed core proc(s)").
+- A process killed without a traceback (SIGKILL, the OOM killer, a segfault) says nothing
+  itself: the line of another that reports its death ("Worker VllmWorkerProcess pid 7713
+  died, exit code: -9", "Worker proc VllmWorker-1 died unexpectedly", "Failed core proc(s):
+  {'EngineCore_DP0': -9}") stands for its failure, at that line, named as the line names it.
+  It competes with the blocks for first: a process that died of its own traceback printed
+  that traceback before its death was reported.
+- Without either, the first consequence is all there is to point at (an NCCL watchdog
+  time-out, a wrapper's "Engine core initialization failed").
 
 Nothing here reads prose: failure, consequence and ready lines count only with a vLLM or
 uvicorn header or a process tag; an exception line only inside a block.
@@ -26,6 +32,7 @@ uvicorn header or a process tag; an exception line only inside a block.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +44,7 @@ ROLE_ORDER = {"failure": 0, "traceback": 1, "exception": 2, "consequence": 3, "s
 MAX_ERROR = 300  # characters of an error kept for the one-line summary
 MAX_PROCESSES = 512  # processes tracked in one run (bounded memory on a hostile log)
 MAX_BLOCKS = 8  # blocks kept per process: the first few are all the summary reads
+FAILED_PROC = re.compile(r"'([\w-]+)': (-?\d+)")  # one process and its exit code in "Failed core proc(s): {...}"
 CHAIN_GAP = 4
 VLLM_FRAME = "vllm/"  # in a frame's path: the traceback runs through vLLM's code
 # Fact rules whose lines carry no vLLM header by nature (`vllm collect-env` output).
@@ -65,6 +73,7 @@ class Block:
     vllm: bool = False  # a frame of it is in vLLM's code
     carrier: bool = False  # opened by a consequence line: whatever its traceback ends in passes an error on
     quoted: str | None = None  # a wrapper's copy of the error it passes on ("Worker failed with error '...'")
+    died: bool = False  # a death another process reported: the process left no traceback of its own
 
 
 @dataclass(slots=True)
@@ -81,6 +90,7 @@ class Lifecycle:
     seen: set[str | None] = field(default_factory=set)  # processes that printed any recognised line
     blocks: dict[str | None, list[Block]] = field(default_factory=dict)  # process -> its blocks in order
     notes: dict[str | None, Block] = field(default_factory=dict)  # process -> its first consequence line
+    deaths: list[Block] = field(default_factory=list)  # processes reported dead, each at the line that says so
     ready: Record | None = None
     alias: str | None = None  # the process untagged raw lines belong to, from the last "Process X:"
 
@@ -180,6 +190,7 @@ class Lifecycle:
 
     def _consequence(self, event: Event, process: str | None, role: str) -> None:
         record, fields = event.record, event.fields
+        self._deaths(record, fields)
         key = self._key(process)
         block = self._current(key)
         if block is not None and block.error_line == record.line:
@@ -199,6 +210,25 @@ class Lifecycle:
             note.message = note.error
             note.raw = role == "shutdown"  # a teardown line alone never fails a run
             self.notes[key] = note
+
+    def _deaths(self, record: Record, fields: Mapping[str, Any]) -> None:
+        """The processes this line reports dead: its dead_process (with its pid when the line
+        gives one), or the killed ones of a "Failed core proc(s)" summary when every one of
+        them was killed by a signal (a code 1 is a traceback's: that process failed first)."""
+        text = one_line(str(fields.get("consequence") or ""))
+        if fields.get("dead_process"):
+            dead = [(str(fields["dead_process"]), fields.get("dead_pid"))]
+        else:
+            codes = FAILED_PROC.findall(str(fields.get("failed_procs") or ""))
+            dead = [(name, None) for name, code in codes] if codes and all(int(c) < 0 for _, c in codes) else []
+        for name, pid in dead:
+            process = f"{name} pid={pid}" if pid else self._named(name)
+            if len(self.deaths) >= MAX_PROCESSES or any(d.process == process for d in self.deaths):
+                continue  # bounded; and a death reported twice (by the executor, then the frontend) is one
+            death = Block(process, record.line, record.time, record.line, text or name, record.line,
+                          awaiting=False, died=True)
+            death.message = death.error
+            self.deaths.append(death)
 
     def _named(self, crashed: str) -> str:
         """The tag of the process multiprocessing calls `crashed`: the re-raise copy of
@@ -225,7 +255,7 @@ class Lifecycle:
         # training script pasted with the log): no failure of this server.
         every = [block for blocks in self.blocks.values() for block in blocks
                  if block.process is not None or not block.raw or block.vllm]
-        roots = [block for block in every if not block.wrapper]
+        roots = [block for block in every if not block.wrapper] + self.deaths
         if not roots:
             roots = [block for block in every] + [n for n in self.notes.values() if not n.raw]
         root = first_to_fail(roots)
@@ -270,7 +300,7 @@ def first_to_fail(blocks: list[Block]) -> Block | None:
 
 
 def failure_of(block: Block, stage: str, same: bool) -> ProcessFailure:
-    return ProcessFailure(block.process, block.line, block.error_line, block.error, block.time, stage, same)
+    return ProcessFailure(block.process, block.line, block.error_line, block.error, block.time, stage, same, block.died)
 
 
 def same_error(block: Block, root: Block) -> bool:
@@ -353,7 +383,7 @@ def run_summary(
 # The names the checks over a run's first failure read (VT207, VT306 in rules/lifecycle.yaml).
 FAILURE_NAMES = (
     "failed_at_startup", "failed_at_runtime", "root_recognised", "root_process", "root_line", "root_error_line",
-    "root_error", "consequences",
+    "root_error", "root_died", "consequences",
 )
 
 
@@ -371,5 +401,6 @@ def failure_names(summary: RunSummary, recognised: bool) -> dict[str, Any] | Non
         "root_line": first.line,
         "root_error_line": first.error_line,
         "root_error": first.error,
+        "root_died": int(first.died),
         "consequences": len(summary.consequences),
     }

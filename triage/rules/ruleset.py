@@ -17,6 +17,7 @@ from typing import Any
 from triage.rules import cache as rulecache
 from triage.match.anchors import anchors_for, derived_anchors, keyword_source, needs_keywords, remember_anchors
 from triage.rules.expr import Expression, ExprError, check_template, template_names
+from triage.diagnose.lifecycle import FAILURE_NAMES
 from triage.model import SEVERITIES, STAGES
 
 FIELD_TYPES = {
@@ -42,9 +43,7 @@ CHECK_NAMES = {
     "rejected", "requested_p50", "requested_p90", "requested_p99", "requested_max",
     "prompt_over_window", "fit_with_smaller_max_tokens", "recommended_max_model_len",
     "recommended_kv_gib", "recommended_concurrency", "current_concurrency",
-    # and the run's first failure (lifecycle.failure_names)
-    "failed_at_startup", "failed_at_runtime", "root_recognised", "root_process", "root_line", "root_error_line",
-    "root_error", "consequences",
+    *FAILURE_NAMES,  # and the run's first failure (lifecycle.failure_names)
 }
 
 # Built-in rules the Python code names (by rule name or code), with the kind each must have
