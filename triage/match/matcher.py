@@ -646,8 +646,14 @@ def field_reader(rule: Rule, names: list[str]) -> Callable[[dict[str, str | None
     not on every match (a metrics line matches two patterns a few times a second)."""
     types = rule.field_types
     plan = [(name, _CONVERTERS.get(types.get(name, "str"))) for name in names]
-    # a flag another pattern of the rule captures is simply off here
-    flags_off = {name: False for name, kind in types.items() if kind == "flag" and name not in names}
+    # a flag another pattern of the rule captures is simply off here: the message it matched
+    # lacks that wording. Not for a fact: another line that does not say a thing says nothing
+    # of it, except to the rule's own arithmetic (a counter: one per line that has it)
+    counted = {name for expression in rule.derived.values() for name in expression.names}
+    flags_off = {
+        name: False for name, kind in types.items()
+        if kind == "flag" and name not in names and (rule.kind != "fact" or name in counted)
+    }
 
     def read(groups: dict[str, str | None]) -> dict[str, Any]:
         fields: dict[str, Any] = {}
@@ -688,8 +694,12 @@ def _to_float(value: str) -> float | None:
             return None
 
 
+def _to_bool(value: str) -> bool | None:
+    return {"true": True, "false": False}.get(value.lower())
+
+
 _CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
-    "flag": bool, "int": _to_int, "float": _to_float, "gib": _to_float,
+    "flag": bool, "bool": _to_bool, "int": _to_int, "float": _to_float, "gib": _to_float,
 }
 
 

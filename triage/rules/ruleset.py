@@ -28,7 +28,9 @@ FIELD_TYPES = {
     "word": (r"[\w.:/-]+", "str"),
     "text": (r".+?", "str"),
 }
-DECLARED_TYPES = {"int", "float", "gib", "str", "flag"}
+# flag: True when its group matched (a phrase is there), else False; bool: a True/False the
+# line states, absent when it states none (a setting never printed is not off)
+DECLARED_TYPES = {"int", "float", "gib", "str", "flag", "bool"}
 MACRO = re.compile(r"\{(?P<name>[A-Za-z_]\w*):(?P<type>" + "|".join(FIELD_TYPES) + r")\}")
 
 # Facts the diagnosis sets from its own tables (facts.py): where total_gib came from when
