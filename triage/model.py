@@ -108,6 +108,19 @@ class RunSummary:
 
 
 @dataclass(slots=True)
+class Check:
+    """One of the gate's assertions as judged: passed or not, the figures it compared (a
+    passed one's margin among them), at the line that states them."""
+
+    code: str
+    name: str
+    passed: bool
+    source: str
+    line: int
+    figures: dict[str, Any]
+
+
+@dataclass(slots=True)
 class ScanResult:
     findings: list[Finding] | FindingStore  # a scan's are a store: read as they are used
     inputs: list[str]
@@ -118,3 +131,5 @@ class ScanResult:
     # input name -> its startup runs, in order (facts never cross runs); a run that ended
     # keeps its facts and where they were said, not its events
     runs: dict[str, list[Run]] = field(default_factory=dict)
+    line_counts: dict[str, int] = field(default_factory=dict)  # input name -> its lines read (the last line's number)
+    checks: list[Check] = field(default_factory=list)  # the gate's assertions, passed or failed (gate only)

@@ -131,7 +131,7 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
             result.skipped.append(name)
             return
         result.inputs.append(name)
-        take_events(events_of(path, name, stream, matcher, options), diagnoser, options)
+        take_events(events_of(path, name, stream, matcher, options, result.line_counts), diagnoser, options)
     except InputError as exc:
         result.errors.append(f"{name}: {exc} (scanned what could be read)")
     except KeyboardInterrupt:
@@ -156,13 +156,16 @@ def open_path(path: str | Text, follow: bool, on_wait: Callable[[], None] | None
     return open_input(path)
 
 
-def events_of(path: str | Text, name: str, stream: BinaryIO, matcher: Matcher, options: ScanOptions) -> Iterator[Event]:
+def events_of(
+    path: str | Text, name: str, stream: BinaryIO, matcher: Matcher, options: ScanOptions, line_counts: dict[str, int],
+) -> Iterator[Event]:
+    """line_counts[name]: the number of the last line read, as it is read (not on a split file)."""
     if options.jobs > 1 and isinstance(path, str) and path != "-" and not options.follow and options.tee_to is None:
         from triage.match.parallel import can_split, scan_split  # multiprocessing: imported only when asked
 
         if can_split(path):
             return scan_split(matcher, path, options.jobs)
-    return matcher.scan(name, input_chunks(name, stream, options))
+    return matcher.scan(name, counted(input_chunks(name, stream, options), name, line_counts))
 
 
 def take_events(events: Iterator[Event], diagnoser: Diagnoser, options: ScanOptions) -> None:
@@ -183,3 +186,14 @@ def input_chunks(name: str, stream: BinaryIO, options: ScanOptions) -> Iterator[
     if size:
         chunks = with_progress(chunks, size, os.path.basename(name))
     return tee(chunks, options.tee_to) if options.tee_to is not None else chunks
+
+
+def counted(chunks: Iterator[Chunk], name: str, line_counts: dict[str, int]) -> Iterator[Chunk]:
+    """The chunks, with line_counts[name] the number of the last line read so far: where a log
+    ends (the gate's "log ends at line N"). The matcher counts each chunk's lines; a last
+    line without its newline is a line too."""
+    for chunk in chunks:
+        yield chunk  # the matcher is done with it when it asks for the next
+        lines = chunk.lines if chunk.lines is not None else chunk.data.count(b"\n", 0, chunk.end)
+        unended = chunk.end > 0 and chunk.data[chunk.end - 1] != 0x0A
+        line_counts[name] = chunk.first_line + lines - 1 + unended

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from triage import cli
 from triage.diagnose.facts import Facts
-from triage.diagnose.gate import Thresholds, concurrency_at_full_length, evaluate, served_window
+from triage.diagnose.gate import NO_ENDING, Thresholds, concurrency_at_full_length, evaluate, served_window
 from triage.model import Finding
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +17,8 @@ SHORT = "fixtures/gate/short-window.log"
 LOW = "fixtures/gate/low-concurrency.log"
 NEVER = "fixtures/gate/never-ready.log"
 KV_TOO_SMALL = "fixtures/startup-kv-too-small-v1.log"
+KILLED = "fixtures/gate/v0-worker-killed-at-load-v066.log"
+RESTART = "fixtures/runs/restart-after-kv-shortfall-v0110.log"
 
 
 @pytest.fixture
@@ -47,17 +49,42 @@ def test_a_healthy_startup_passes_every_assertion(gate):
 def test_ready_fails_when_the_log_never_got_ready(gate):
     code, findings = gate(NEVER, "--require-ready")
     assert code == 1
-    assert findings["VT801"]["fields"] == {"startup_errors": 0}
-    assert "no 'Starting vLLM API server'" in findings["VT801"]["cause"][0]
+    ready = findings["VT801"]
+    assert ready["fields"] == {"startup_errors": 0, "log_end": 8}
+    assert ready["line"] == 8  # where the log ends, not its start
+    assert ready["cause"] == [
+        "The log ends at line 8 before the server was ready: no ready line and no failure"
+        " (the server was still starting, or the log was saved too early)."
+    ]
 
 
-def test_ready_fails_on_a_startup_error_and_names_it(gate):
+def test_ready_fails_on_a_startup_error_and_names_the_first_process_to_fail(gate):
     code, findings = gate(KV_TOO_SMALL, "--require-ready", "--fail-on", "never")
     assert code == 1  # the assertion fails whatever --fail-on says
     ready = findings["VT801"]
-    assert ready["fields"] == {"startup_errors": 1, "first_error_code": "VT201", "first_error_line": 24}
+    fields = ready["fields"]
+    assert {k: fields[k] for k in ("startup_errors", "first_error_code", "first_error_line")} == {
+        "startup_errors": 1, "first_error_code": "VT201", "first_error_line": 24,
+    }
+    assert (fields["root_process"], fields["root_line"], fields["root_error_line"]) == ("EngineCore_DP0 pid=3117", 18, 24)
+    assert fields["root_error"].startswith("ValueError: To serve at least one request with the models's max seq len (65536)")
     assert ready["line"] == 24
-    assert ready["fixes"][0].startswith("Fix VT201 first")
+    assert ready["cause"][0].startswith(
+        "The start failed: EngineCore_DP0 pid=3117 failed first, at line 18; its root error, at line 24: ValueError: To serve"
+    )
+    assert ready["fixes"][0] == "Fix VT201 first: its own finding in this report (line 24) gives the numbers and the fix."
+
+
+def test_ready_names_a_worker_killed_without_a_traceback(gate):
+    code, findings = gate(KILLED, "--require-ready")
+    assert code == 1
+    ready = findings["VT801"]
+    assert ready["line"] == 14
+    assert ready["cause"][0] == (
+        "The start failed: VllmWorkerProcess pid=7713 failed first, at line 14; its root error, at line 14:"
+        " Worker VllmWorkerProcess pid 7713 died, exit code: -9"
+    )
+    assert ready["fixes"][0].startswith("Fix VT207 first")  # startup-failed names the kill and its likely causes
 
 
 def test_without_require_ready_an_unready_log_passes(gate):
@@ -236,7 +263,7 @@ def test_an_assertion_not_asked_for_never_fails_whatever_the_log_says(facts):
     from triage.diagnose.gate import NUMBERS
 
     for code, numbers in NUMBERS.items():
-        assert numbers(Facts(facts), [], Thresholds()) is None, code
+        assert numbers(Facts(facts), [], Thresholds(), NO_ENDING) is None, code
     assert evaluate("s.log", Facts(facts), [], Thresholds()) == []
 
 
@@ -246,5 +273,119 @@ def test_each_assertion_gives_only_the_numbers_its_rule_declares(facts):
 
     asked = Thresholds(min_max_model_len=4096, min_concurrency=2, max_kv_usage_at_start=10, require_ready=True)
     for code, rule in builtin_assertions().items():
-        numbers = NUMBERS[code](Facts(facts), [], asked)
-        assert numbers is not None and set(numbers) <= set(rule.field_types), code
+        judged = NUMBERS[code](Facts(facts), [], asked, NO_ENDING)
+        assert judged is not None and not judged.passed, code
+        assert set(judged.numbers) <= set(rule.field_types), code
+
+
+# --- --require-ready reads the run summary scan makes -----------------------------------
+
+EVERY_LOG = sorted(
+    str(path.relative_to(ROOT)) for folder in ("fixtures", "fixtures/runs", "fixtures/gate", "fixtures/robust")
+    for path in (ROOT / folder).iterdir() if path.name.endswith((".log", ".log.gz"))
+)
+
+
+def _scanned(log: str) -> dict:
+    result = CliRunner().invoke(cli.main, ["scan", log, "--format", "json", "--fail-on", "never"], catch_exceptions=False)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("log", EVERY_LOG)
+def test_require_ready_judges_the_last_run_that_scan_reports(gate, log):
+    """On every fixture: the gate passes exactly when scan's last run is ready with no startup
+    error of its own; failing, it names scan's first failure of that run, or where the log ends."""
+    scanned = _scanned(log)
+    runs = scanned["runs"]
+    last = runs[-1] if runs else None
+    errors = [
+        f for f in scanned["findings"]
+        if f["severity"] == "error" and f["stage"] in ("startup", "config") and (last is None or f["run"] == last["run"])
+    ]
+    result = CliRunner().invoke(cli.main, ["gate", log, "--require-ready", "--format", "json"], catch_exceptions=False)
+    document = json.loads(result.stdout)
+    (check,) = document["gate"]
+    ready = last is not None and last["outcome"] == "ready"
+    assert check["passed"] == (ready and not errors), log
+    if check["passed"]:
+        assert check["line"] == last["outcome_line"]
+        return
+    assert result.exit_code == 1
+    (finding,) = [f for f in document["findings"] if f["code"] == "VT801"]
+    first = last["first_failure"] if last else None
+    if first is not None and first["stage"] == "startup":
+        fields = finding["fields"]
+        assert (fields["root_process"], fields["root_line"], fields["root_error_line"], fields["root_error"]) == (
+            first["process"] or "the untagged main process", first["line"], first["error_line"], first["error"],
+        ), log
+        assert finding["line"] == first["error_line"]
+        assert f"failed first, at line {first['line']}; its root error, at line {first['error_line']}" in finding["cause"][0]
+    elif not errors and not ready:
+        data = (ROOT / log).read_bytes()
+        if log.endswith(".gz"):
+            import gzip
+
+            data = gzip.decompress(data)
+        ends = data.count(b"\n") + (not data.endswith(b"\n"))
+        assert finding["fields"]["log_end"] == ends == finding["line"], log
+        assert finding["cause"][0].startswith(f"The log ends at line {ends:,} before the server was ready")
+
+
+@pytest.mark.parametrize("newline", ["\n", ""])
+def test_a_start_cut_before_ready_says_where_the_log_ends(newline):
+    """Cut the healthy start at every line before its ready line: nothing failed, so the gate
+    says the log ends there (with or without the last line's newline)."""
+    from triage.diagnose.gate import gate_log
+    from triage.pipeline import ScanOptions, Text, scan
+
+    lines = (ROOT / HEALTHY).read_text().splitlines()
+    ready_at = next(i for i, line in enumerate(lines, 1) if "Starting vLLM API server" in line)
+    for cut in range(1, ready_at):
+        result = scan([Text("cut.log", ("\n".join(lines[:cut]) + newline).encode())], ScanOptions())
+        failed, checks = gate_log(result, "cut.log", Thresholds(require_ready=True))
+        (ready,) = failed
+        assert (ready.line, ready.fields.get("log_end")) == (cut, cut), cut
+        assert ready.cause[0].startswith(f"The log ends at line {cut} before the server was ready"), cut
+        assert [c.passed for c in checks] == [False]
+
+
+def test_a_restart_is_judged_by_its_last_run(gate):
+    """The first run failed (VT201), the restart got ready: the server the log leaves is ready."""
+    code, findings = gate(RESTART, "--require-ready", "--fail-on", "never")
+    assert code == 0 and "VT801" not in findings and "VT201" in findings  # scan's findings stay
+    document = json.loads(CliRunner().invoke(cli.main, ["gate", RESTART, "--require-ready", "--format", "json"]).stdout)
+    assert document["gate"] == [
+        {"code": "VT801", "name": "server-not-ready", "passed": True, "line": 29, "figures": {"ready_line": 29, "startup_errors": 0}},
+    ]
+
+
+def test_a_passing_gate_prints_the_figures_it_checked_and_by_how_much(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = [
+        "gate", HEALTHY, "--format", "text", "--require-ready", "--min-max-model-len", "30000",
+        "--min-concurrency", "4", "--max-kv-usage-at-start", "1",
+    ]
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout.endswith(
+        "\ngate: passed (4 of 4 assertions)\n"
+        "  VT801 ready: at line 24, no startup error\n"
+        "  VT802 served window: 32,768 tokens (line 4) >= 30,000 required: 2,768 tokens to spare\n"
+        "  VT803 concurrency: 6.50x requests of 32,768 tokens (line 18) >= 4x required: 2.50x to spare;"
+        " the KV cache holds 213,072 tokens, 131,072 needed\n"
+        "  VT804 KV cache in use at the first metrics line: 0.6% (line 32) <= 1% allowed: 0.4 points to spare\n"
+    )
+
+
+def test_a_failing_gate_lists_what_failed_and_the_figures_of_what_passed(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    report = tmp_path / "gate.txt"
+    args = ["gate", SHORT, "--require-ready", "--min-max-model-len", "65536", "--min-concurrency", "1", "-o", str(report)]
+    result = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert result.exit_code == 1
+    assert report.read_text().endswith(
+        "\ngate: 1 of 3 assertions failed (VT802)\n"
+        "  VT801 ready: at line 13, no startup error\n"
+        "  VT803 concurrency: 1.00x requests of 40,960 tokens (line 11) >= 1x required: 0.00x to spare;"
+        " the KV cache holds 40,960 tokens, 40,960 needed\n"
+    )

@@ -8,6 +8,7 @@ import click
 
 from triage.cli import common, main
 from triage.cli.common import EXIT_FINDINGS, FAIL_ON, FORMAT_HELP, OUTPUT_HELP, emit, exit_code, fail, pick_report_format
+from triage.model import ScanResult
 from triage.pipeline import ScanOptions
 from triage.pipeline import scan as scan_inputs
 from triage.report import format_names
@@ -32,7 +33,7 @@ from triage.report import format_names
 def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float | None, max_kv_usage_at_start: float | None,
          require_ready: bool, fail_on: str, format_name: str, output: str | None, rule_paths: tuple[str, ...]) -> None:
     """Assert a startup log shows the capacity you planned for (exit 1 when it does not)."""
-    from triage.diagnose.gate import Thresholds, assertions_of, checks_run, evaluate
+    from triage.diagnose.gate import Thresholds, assertions_of, checks_run, gate_log
 
     thresholds = Thresholds(min_max_model_len, min_concurrency, max_kv_usage_at_start, require_ready)
     ruleset = common.load_ruleset(rule_paths)
@@ -45,9 +46,30 @@ def gate(startup_log: str, min_max_model_len: int | None, min_concurrency: float
         fail(result.errors[0])
     for error in result.errors:
         click.echo(f"vllm-triage: warning: {error}", err=True)
-    name = result.inputs[0]
-    failed = evaluate(name, result.facts.get(name, {}), result.findings, thresholds, assertions=assertions)
+    failed, result.checks = gate_log(result, result.inputs[0], thresholds, assertions)
     result.findings.extend(failed)
     result.rules.extend(checks_run(thresholds, assertions))
-    emit(result, pick_report_format(format_name, output), output)
+    report_format = pick_report_format(format_name, output)
+    emit(result, report_format, output)
+    emit_checks(result, report_format, output)
     sys.exit(EXIT_FINDINGS if failed else exit_code(result, fail_on, had_input_error=False))
+
+
+VERDICT_FORMATS = ("text", "rich", "concise")  # the formats a person reads: the others carry the checks themselves
+
+
+def emit_checks(result: ScanResult, format_name: str, output: str | None) -> None:
+    """After a report a person reads: the gate's verdict, and the figures of each assertion that held."""
+    from triage.report.gate_checks import render_checks
+
+    verdict = render_checks(result.checks)
+    if not verdict or format_name not in VERDICT_FORMATS:
+        return
+    if output is None:
+        click.echo("\n" + verdict, nl=False)
+        return
+    try:
+        with open(output, "a", encoding="utf-8") as handle:
+            handle.write("\n" + verdict)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")

@@ -1,10 +1,11 @@
 """Capacity assertions over what a startup log says about the server (`vllm-triage gate`).
 
-Pure functions of the facts and findings of one log. Each assertion is a rule of
-rules/gate.yaml (kind: gate: code, title, cause and fix templates) plus a small function
-here that works out its numbers; a failed assertion becomes a Finding like any rule's, so
-every format reports it. An
-assertion whose number the log never states fails too: a gate that cannot see the
+Pure functions of the facts, findings and run summary of one log's last run (the
+deployment as the log leaves it; a restart's failed first run is history). Each assertion
+is a rule of rules/gate.yaml (kind: gate: code, title, cause and fix templates) plus a small
+function here that works out its numbers; a failed assertion becomes a Finding like any
+rule's, so every format reports it, and a passed one a Check with the figures it compared.
+An assertion whose number the log never states fails too: a gate that cannot see the
 capacity must not pass it.
 """
 
@@ -19,11 +20,30 @@ from typing import Any
 from triage.diagnose.diagnoser import rule_finding
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE, round_down
 from triage.rules.ruleset import AUTO_FIT, GATE_CODES, Rule
-from triage.model import Finding
+from triage.model import Check, Finding, RunSummary, ScanResult
 
 AUTO_FIT_RULE = AUTO_FIT  # its max_model_len is the window after auto-fit
 FATAL_STAGES = ("startup", "config")  # an error finding here means the engine did not start
 WHOLE_LOG = 1  # an assertion no line proves (the log never states the number) points at the log's start
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """An assertion's numbers, and whether they pass."""
+
+    passed: bool
+    numbers: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How the judged run ended: its summary (outcome, first failure) and the log's last line."""
+
+    run: RunSummary | None = None
+    log_end: int | None = None
+
+
+NO_ENDING = Ending()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,44 +118,60 @@ def startup_errors(findings: Sequence[Finding]) -> list[Finding]:
     )
 
 
-def ready_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
+def ready_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
+                  ending: Ending = NO_ENDING) -> Judged | None:
+    """Ready means the run's outcome is ready (a failure after it is the runtime's) and no
+    startup or config error: else the first process to fail and its error, or where the log
+    ends when nothing failed."""
     if not thresholds.require_ready:  # not asked for: it cannot fail
         return None
     errors = startup_errors(findings)
-    ready_line = 1 if facts.get("ready") else 0
-    if ready_line and not errors:
-        return None
+    run = ending.run
+    ready_line = (run.outcome_line or 0) if run is not None and run.outcome == "ready" else 0
+    if run is None and facts.get("ready"):
+        ready_line = WHOLE_LOG  # facts alone say it got ready, not where
     numbers: dict[str, Any] = {"ready_line": ready_line, "startup_errors": len(errors)}
+    if ready_line and not errors:
+        return Judged(True, numbers)
     if errors:
         numbers.update(first_error_code=errors[0].code, first_error_line=errors[0].line)
-    return numbers
+    first = run.first_failure if run is not None else None
+    if first is not None and first.stage == "startup":
+        numbers.update(
+            root_process=first.process or "the untagged main process", root_line=first.line,
+            root_error_line=first.error_line, root_error=first.error, consequences=len(run.consequences),  # type: ignore[union-attr]
+        )
+    elif not ready_line and not errors and ending.log_end:
+        numbers["log_end"] = ending.log_end
+    return Judged(False, numbers)
 
 
-def window_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
+def window_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
+                   ending: Ending = NO_ENDING) -> Judged | None:
     required = thresholds.min_max_model_len
     if required is None:  # not asked for: it cannot fail
         return None
     served, window_from, auto_fit = served_window(facts, findings)
-    if served is not None and served >= required:
-        return None
     numbers: dict[str, Any] = {"min_max_model_len": required, "served_known": int(served is not None)}
     if served is not None:
-        numbers.update(served_max_model_len=served, window_from=window_from, shortfall_tokens=required - served)
+        numbers.update(served_max_model_len=served, window_from=window_from)
+        if served >= required:
+            return Judged(True, {**numbers, "spare_tokens": served - required})
+        numbers["shortfall_tokens"] = required - served
     if auto_fit is not None and auto_fit.fields.get("user_max_model_len"):
         numbers["auto_fit_from"] = auto_fit.fields["user_max_model_len"]
     if facts.get("kv_tokens"):
         numbers["kv_tokens"] = facts["kv_tokens"]
-    return numbers
+    return Judged(False, numbers)
 
 
-def concurrency_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
+def concurrency_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
+                        ending: Ending = NO_ENDING) -> Judged | None:
     required = thresholds.min_concurrency
     if required is None:
         return None
     window, _, _ = served_window(facts, findings)
     concurrency = concurrency_at_full_length(facts, window)
-    if concurrency is not None and concurrency >= required:
-        return None
     numbers: dict[str, Any] = {"min_concurrency": required, "concurrency_known": int(concurrency is not None)}
     if concurrency is not None:
         numbers["concurrency"] = concurrency
@@ -143,33 +179,35 @@ def concurrency_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], t
         numbers["window_tokens"] = window
     kv_tokens = facts.get("kv_tokens")
     if kv_tokens and window:
+        numbers.update(kv_tokens=kv_tokens, kv_tokens_needed=math.ceil(required * window))
+    if concurrency is not None and concurrency >= required:
+        return Judged(True, {**numbers, "spare_concurrency": round(concurrency - required, 2)})
+    if kv_tokens and window:
         block_size = int(facts.get("block_size") or DEFAULT_BLOCK_SIZE)
-        numbers.update(
-            kv_tokens=kv_tokens,
-            kv_tokens_needed=math.ceil(required * window),
-            window_for_min_concurrency=round_down(kv_tokens / required, block_size) if required > 0 else 0,
-        )
-    return numbers
+        numbers["window_for_min_concurrency"] = round_down(kv_tokens / required, block_size) if required > 0 else 0
+    return Judged(False, numbers)
 
 
-def kv_usage_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds) -> dict | None:
+def kv_usage_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
+                     ending: Ending = NO_ENDING) -> Judged | None:
     allowed = thresholds.max_kv_usage_at_start
     if allowed is None:
         return None
     usage = facts.get("kv_usage_at_start_pct")
-    if usage is not None and usage <= allowed:
-        return None
     numbers: dict[str, Any] = {"max_kv_usage_at_start": allowed, "usage_known": int(usage is not None)}
     if usage is not None:
         numbers["kv_usage_at_start_pct"] = usage
+        if usage <= allowed:
+            return Judged(True, {**numbers, "spare_pct": round(allowed - usage, 2)})
     window, _, _ = served_window(facts, findings)
     concurrency = concurrency_at_full_length(facts, window)
     if concurrency is not None and window:
         numbers.update(concurrency=concurrency, window_tokens=window)
-    return numbers
+    return Judged(False, numbers)
 
 
-NUMBERS: dict[str, Callable[[Mapping[str, Any], Sequence[Finding], Thresholds], dict | None]] = {
+Judge = Callable[[Mapping[str, Any], Sequence[Finding], Thresholds, Ending], Judged | None]
+NUMBERS: dict[str, Judge] = {
     READY: ready_numbers,
     WINDOW: window_numbers,
     CONCURRENCY: concurrency_numbers,
@@ -186,19 +224,54 @@ COMPUTED = {"shortfall_tokens", "kv_tokens_needed", "window_for_min_concurrency"
 def evaluate(
     source: str, facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
     fact_lines: Mapping[str, tuple[str, int]] | None = None, assertions: Mapping[str, Rule] | None = None,
+    ending: Ending = NO_ENDING,
 ) -> list[Finding]:
     """A finding for each assertion that fails, in code order, at the line of the number it
-    judged. fact_lines: fact name -> (source, line) that set it; by default the lines the
-    facts carry (facts.Facts). assertions: the gate's rules by code (default: the built-in ones)."""
+    judged (see checked())."""
+    return [
+        to_finding(rule, check)
+        for rule, check in checked(source, facts, findings, thresholds, fact_lines, assertions, ending)
+        if not check.passed
+    ]
+
+
+def checked(
+    source: str, facts: Mapping[str, Any], findings: Sequence[Finding], thresholds: Thresholds,
+    fact_lines: Mapping[str, tuple[str, int]] | None = None, assertions: Mapping[str, Rule] | None = None,
+    ending: Ending = NO_ENDING,
+) -> list[tuple[Rule, Check]]:
+    """Each assertion asked for, in code order, with its rule: passed or not, its numbers and
+    the line that states them. fact_lines: fact name -> (source, line) that set it; by default
+    the lines the facts carry (facts.Facts). assertions: the gate's rules by code (default:
+    the built-in ones). ending: the run's summary and the log's last line, for --require-ready."""
     if fact_lines is None:
         fact_lines = getattr(facts, "lines", {})
-    failed = []
-    for check in checks_run(thresholds, assertions):
-        numbers = NUMBERS[check.code](facts, findings, thresholds)
-        if numbers is not None:
-            line = evidence_line(check, numbers, facts, fact_lines, findings)
-            failed.append(to_finding(check, source, numbers, line))
-    return failed
+    judged = []
+    for rule in checks_run(thresholds, assertions):
+        verdict = NUMBERS[rule.code](facts, findings, thresholds, ending)
+        if verdict is not None:
+            line = evidence_line(rule, verdict.numbers, facts, fact_lines, findings)
+            judged.append((rule, Check(rule.code, rule.name, verdict.passed, source, line, verdict.numbers)))
+    return judged
+
+
+def gate_log(
+    result: ScanResult, name: str, thresholds: Thresholds, assertions: Mapping[str, Rule] | None = None,
+) -> tuple[list[Finding], list[Check]]:
+    """The gate over one scanned input: its last run's summary, facts and findings (scan's
+    own runs), and where the log ends. The failed assertions' findings, and every check."""
+    runs = [run.summary for run in result.runs.get(name, ()) if run.summary is not None]
+    run = runs[-1] if runs else None
+    facts: Mapping[str, Any] = result.facts.get(name, {})
+    fact_lines: Mapping[str, tuple[str, int]] | None = None
+    findings = [f for f in result.findings if f.source == name]
+    if run is not None:
+        facts = run.facts
+        fact_lines = {fact: (name, line) for fact, line in run.fact_lines.items()}
+        findings = [f for f in findings if f.run == run.number]
+    ending = Ending(run, result.line_counts.get(name))
+    judged = checked(name, facts, findings, thresholds, fact_lines, assertions, ending)
+    return [to_finding(rule, check) for rule, check in judged if not check.passed], [check for _, check in judged]
 
 
 def evidence_line(
@@ -207,7 +280,10 @@ def evidence_line(
 ) -> int:
     """The line that states the number the assertion judged; the log's start when none does."""
     if check.code == READY:
-        return int(numbers.get("first_error_line") or WHOLE_LOG)
+        for name in ("root_error_line", "first_error_line", "log_end", "ready_line"):
+            if numbers.get(name):
+                return int(numbers[name])
+        return WHOLE_LOG
     if check.code == WINDOW:
         return window_line(numbers.get("served_max_model_len"), facts, fact_lines, findings)
     for name in evidence_facts(check, numbers, facts):
@@ -242,9 +318,10 @@ def evidence_facts(check: Rule, numbers: Mapping[str, Any], facts: Mapping[str, 
     return []
 
 
-def to_finding(check: Rule, source: str, numbers: Mapping[str, Any], line: int) -> Finding:
+def to_finding(rule: Rule, check: Check) -> Finding:
+    numbers = check.figures
     return rule_finding(
-        check, numbers, source=source, line=line, excerpt="",
+        rule, numbers, source=check.source, line=check.line, excerpt="",
         fields={k: v for k, v in numbers.items() if k not in FLAGS | COMPUTED},
         derived={k: v for k, v in numbers.items() if k in COMPUTED},
     )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from triage import __version__
 from triage.report import ScanResult, ordered, severity_counts
 from triage.report.runs import run_dict, summaries
-from triage.model import SEVERITIES
+from triage.model import SEVERITIES, Check
 
 # 2: a top-level "runs" list (every startup run: its facts with their lines, outcome, first
 # failure and consequences); README, "JSON output", documents it.
@@ -30,6 +30,10 @@ def finding_dict(finding) -> dict:
     return document
 
 
+def check_dict(check: Check) -> dict:
+    return {"code": check.code, "name": check.name, "passed": check.passed, "line": check.line, "figures": check.figures}
+
+
 def render(result: ScanResult) -> str:
     return "".join(pieces(result))
 
@@ -45,8 +49,10 @@ def pieces(result: ScanResult) -> Iterator[str]:
         "errors": result.errors,
         "summary": {s: counts[s] for s in SEVERITIES},
         "runs": [run_dict(summary) for summary in summaries(result)],
-        "findings": [],
     }
+    if result.checks:  # `gate` only: each assertion, passed or not, with the figures it compared
+        document["gate"] = [check_dict(check) for check in result.checks]
+    document["findings"] = []
     head = json.dumps(document, indent=2, ensure_ascii=False)
     findings = ordered(result.findings)
     if not findings:
