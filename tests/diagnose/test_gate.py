@@ -80,9 +80,10 @@ def test_ready_names_a_worker_killed_without_a_traceback(gate):
     assert code == 1
     ready = findings["VT801"]
     assert ready["line"] == 14
+    assert ready["fields"]["root_died"] == 1
     assert ready["cause"][0] == (
-        "The start failed: VllmWorkerProcess pid=7713 failed first, at line 14; its root error, at line 14:"
-        " Worker VllmWorkerProcess pid 7713 died, exit code: -9"
+        "The start failed: VllmWorkerProcess pid=7713 failed first, killed without a traceback of its own,"
+        " as line 14 reports: Worker VllmWorkerProcess pid 7713 died, exit code: -9"
     )
     assert ready["fixes"][0].startswith("Fix VT207 first")  # startup-failed names the kill and its likely causes
 
@@ -319,7 +320,11 @@ def test_require_ready_judges_the_last_run_that_scan_reports(gate, log):
             first["process"] or "the untagged main process", first["line"], first["error_line"], first["error"],
         ), log
         assert finding["line"] == first["error_line"]
-        assert f"failed first, at line {first['line']}; its root error, at line {first['error_line']}" in finding["cause"][0]
+        assert fields["root_died"] == int(first["died"])
+        said = "killed without a traceback of its own" if first["died"] else (
+            f"failed first, at line {first['line']}; its root error, at line {first['error_line']}"
+        )
+        assert said in finding["cause"][0]
     elif not errors and not ready:
         data = (ROOT / log).read_bytes()
         if log.endswith(".gz"):

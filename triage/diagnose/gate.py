@@ -140,6 +140,7 @@ def ready_numbers(facts: Mapping[str, Any], findings: Sequence[Finding], thresho
         numbers.update(
             root_process=first.process or "the untagged main process", root_line=first.line,
             root_error_line=first.error_line, root_error=first.error, consequences=len(run.consequences),  # type: ignore[union-attr]
+            root_died=int(first.died),
         )
     elif not ready_line and not errors and ending.log_end:
         numbers["log_end"] = ending.log_end

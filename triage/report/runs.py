@@ -156,7 +156,7 @@ def failure_dict(failure: ProcessFailure | None) -> dict[str, Any] | None:
         return None
     return {
         "process": failure.process, "line": failure.line, "error_line": failure.error_line, "error": failure.error,
-        "time": failure.time, "stage": failure.stage, "same_error": failure.same_error,
+        "time": failure.time, "stage": failure.stage, "same_error": failure.same_error, "died": failure.died,
     }
 
 
