@@ -17,6 +17,7 @@ from devtools import Browser, find_browser
 from triage.pipeline import scan
 from triage.report import render
 from triage.report.pictures import finding_pictures, summary_pictures
+from triage.report.runs import shown_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = [  # every kind of picture: overflow and histogram, full and partial memory, a healthy run
@@ -74,7 +75,7 @@ def report(tmp_path_factory):
     path = tmp_path_factory.mktemp("html") / "report.html"
     path.write_text(render(result, "html"), encoding="utf-8")
     expected_findings = Counter((f.code, tuple(p.kind for p in finding_pictures(f))) for f in result.findings)
-    summaries = [run.summary for runs in result.runs.values() for run in runs if run.summary is not None]
+    summaries = [summary for summary, _ in shown_runs(result)]  # a run that says nothing has no article
     expected_runs = {(s.source, s.number): [p.kind for p in summary_pictures(s)] for s in summaries}
     return path, expected_findings, expected_runs
 

@@ -124,13 +124,11 @@ def render(result: ScanResult) -> str:
 
 
 def _runs(result: ScanResult) -> Iterable[str]:
-    summaries = runs.summaries(result)
-    if not summaries:
+    shown = runs.shown_runs(result)
+    if not shown:
         return
-    counts = runs.runs_per_input(result)
     yield '<section id="runs"><h2>Runs</h2>'
-    for summary in summaries:
-        run = runs.run_sections(summary, counts.get(summary.source, 1))
+    for summary, run in shown:
         yield f'<article class="run {escape(summary.outcome)}" data-source="{escape(summary.source)}" data-run="{summary.number}">'
         yield f"<h3>{escape(run.where)}</h3>"
         yield f'<p class="outcome"><strong>{escape(run.outcome)}</strong></p>'
