@@ -238,7 +238,9 @@ def test_without_the_extra_one_line_and_exit_2(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
     result = CliRunner().invoke(cli.main, ["mcp"])
     assert result.exit_code == 2
-    assert result.stderr == "vllm-triage: error: " + cli.mcp.MCP_MISSING + "\n"
+    from triage.cli.mcp import MCP_MISSING
+
+    assert result.stderr == "vllm-triage: error: " + MCP_MISSING + "\n"
     assert "pip install 'vllm-triage[mcp]'" in result.stderr
 
 

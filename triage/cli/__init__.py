@@ -4,6 +4,7 @@ stages together; it computes nothing. common.py holds what they share."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -14,12 +15,31 @@ from triage.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, fail, silence_
 from triage.match.engines import EngineError
 
 
+# The module of each command, imported when the command is run or listed: `scan` reads no
+# other command's options. Each registers its command on `main` (export adds `rules export`).
+COMMAND_MODULES = {
+    "budget": ("plan",), "explain": ("explain",), "gate": ("gate",), "mcp": ("mcp",), "plan": ("plan",),
+    "probe": ("probe",), "rules": ("rules", "export"), "scan": ("scan",),
+}
+
+
 class TriageGroup(click.Group):
     """Ends quietly when the reader of stdout goes away (`| head`) and on Ctrl-C.
 
     Every command writes through QuietStdout, so a closed pipe drops the rest of the output
     and the command still runs to its end: its exit code (a gate's verdict, a rules test's
     outcome) is the one it would have had."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands:
+            # a name that is no command loads them all: click suggests the close ones it has
+            every = [module for modules in COMMAND_MODULES.values() for module in modules]
+            for module in COMMAND_MODULES.get(name, every):
+                importlib.import_module(f"triage.cli.{module}")
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> None:
         original = sys.stdout
@@ -75,6 +95,3 @@ class QuietStdout:
 def main() -> None:
     """Diagnose vLLM context-length and KV-cache failures from logs, tracebacks and client errors."""
 
-
-# Each command group is a module that registers itself on `main` when imported.
-from triage.cli import scan, gate, plan, rules, explain, mcp, probe, export  # noqa: E402,F401
