@@ -136,12 +136,32 @@ def test_url_of_the_metrics_page_itself_works_too(servers):
 
 
 def test_exit_code_says_whether_there_is_pressure(servers):
-    """B preempts and is full with requests waiting: exit 1 naming VT301 and VT303; C: 0."""
+    """B preempts (a warning, exit 1) and is full with requests waiting (VT303, a note); C: 0."""
     pressed = probe(servers["b"].url)
     assert pressed.exit_code == 1
     assert "VT301" in pressed.stdout and "VT303" in pressed.stdout
     calm = probe(servers["c"].url)
     assert calm.exit_code == 0 and "no warnings" in calm.stdout
+
+
+@settings(max_examples=25, deadline=None)
+@given(usage=st.sampled_from([0.2, 0.94, 0.95, 0.99, 1.0]), waiting=st.sampled_from([0, 1, 40]),
+       preemptions=st.sampled_from([0, 1, 7]))
+def test_a_full_cache_with_requests_waiting_is_a_note_and_only_preemptions_warn(tmp_path_factory, usage, waiting,
+                                                                                 preemptions):
+    """A busy server (VT303: the cache at 95% or more, requests waiting) is how one looks under
+    load: a note, exit 0; only harm the server counted (VT301 preemptions) is a warning, exit 1."""
+    served = Served("m", 4096, [Request(100, 200, 50)], usage=usage, waiting=waiting, preemptions_per_round=preemptions)
+    saved = tmp_path_factory.mktemp("scrape") / "metrics.txt"
+    saved.write_text(exposition("0.33.0", [served]))
+    result = probe("--format", "json", saved)
+    model = json.loads(result.stdout)["models"][0]
+    busy = usage >= 0.95 and waiting > 0
+    assert [w.split(":")[0] for w in model["warnings"]] == (["VT301"] if preemptions else [])
+    assert [n.split(":")[0] for n in model["notes"] if n.startswith("VT")] == (["VT303"] if busy else [])
+    assert result.exit_code == (1 if preemptions else 0), result.output
+    text = probe(saved).stdout
+    assert ("note: VT303" in text) == busy and ("no warnings" in text) == (not preemptions)
 
 
 def test_text_report_says_the_percentiles_are_upper_bounds(servers):

@@ -176,6 +176,7 @@ def size_model(metrics: ModelMetrics, window: Window, capacity: Capacity, log: L
     if log is not None:
         join(result, log)
     result.warnings.extend(pressure_warnings(result))
+    result.notes.extend(capacity_notes(result))
     return result
 
 
@@ -229,14 +230,18 @@ def join(result: ModelSizing, log: LogView) -> None:
 
 
 def pressure_warnings(result: ModelSizing) -> list[str]:
-    warnings = []
+    """Harm the server counted: preemptions (work thrown away and redone)."""
     if result.preemptions:
-        warnings.append(f"VT301: {result.preemptions:,.0f} preemptions: the KV cache was too small for the admitted load")
+        return [f"VT301: {result.preemptions:,.0f} preemptions: the KV cache was too small for the admitted load"]
+    return []
+
+
+def capacity_notes(result: ModelSizing) -> list[str]:
+    """A full cache with requests waiting is how a busy server looks (VT303 is info): a note,
+    not a warning that fails the probe."""
     if result.usage is not None and result.waiting and result.usage >= FULL_USAGE:
-        warnings.append(
-            f"VT303: the KV cache is {result.usage:.0%} full with {result.waiting:,.0f} requests waiting"
-        )
-    return warnings
+        return [f"VT303: the KV cache is {result.usage:.0%} full with {result.waiting:,.0f} requests waiting"]
+    return []
 
 
 def rejected_by_http(scrape: Scrape) -> dict[str, float]:

@@ -198,6 +198,8 @@ def render_fleet(source: str, selector: str, range_: str, models: Sequence[Model
             waiting = f"{row['peak_waiting']:,.0f}" if row.get("peak_waiting") is not None else "?"
             lines.append(f"  {row['instance']} {row['model']}: {row.get('preemptions') or 0:,.0f} preemptions, "
                          f"peak usage {usage}, peak waiting {waiting}")
+    if not details:  # each model's block, which lists its notes, is not printed
+        lines.extend(f"note: {sizing.model}: {note}" for sizing in models for note in sizing.notes)
     lines.extend(warnings_block(models))
     return "\n".join(lines) + "\n"
 
@@ -217,7 +219,7 @@ def sizing_json(sizing: ModelSizing, estimates: Mapping[str, Mapping[int, float]
         "finished": sizing.finished_total, "requests": sizing.requests, "percentiles": percentiles,
         "missing": sizing.missing, "stand_in": sizing.stand_in, "stand_in_capped": sizing.stand_in_capped,
         "stand_in_above": sizing.stand_in_floor, **sizing.figures, "joined": sizing.joined or None,
-        "warnings": sizing.warnings,
+        "warnings": sizing.warnings, "notes": sizing.notes,
     }
     if estimates is not None:
         data["histogram_quantile"] = {short: {f"p{p}": v for p, v in found.items()} for short, found in estimates.items()}
