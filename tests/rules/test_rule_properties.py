@@ -41,12 +41,13 @@ NUMERIC = {"int", "float", "gib"}
 
 @dataclass(frozen=True)
 class Template:
-    """A pattern's message with numeric slots: literal parts between (name, type, separators, negative)."""
+    """A pattern's message with numeric slots: literal parts between (name, type, separators, negative,
+    positive); positive: the pattern refuses a zero there (vLLM prints the part only above 0)."""
 
     rule: Rule
     pattern: Pattern
     parts: tuple[str, ...]
-    slots: tuple[tuple[str, str, bool, bool], ...]
+    slots: tuple[tuple[str, str, bool, bool, bool], ...]
     anchored: bool  # the regex starts with ^: a raw line (collect-env), no vLLM prefix
 
     def render(self, values: dict[str, str]) -> str:
@@ -85,7 +86,8 @@ def _template(rule: Rule, pattern: Pattern, text: str, match) -> Template:
             continue
         parts.append(text[cursor:start])
         separators = pattern.types.get(name) == "int"
-        slots.append((name, rule.field_types[name], separators, text[start:end].startswith("-")))
+        positive = pattern.compiled.search(text[:start] + "0" + text[end:]) is None
+        slots.append((name, rule.field_types[name], separators, text[start:end].startswith("-"), positive))
         cursor = end
     parts.append(text[cursor:])
     return Template(rule, pattern, tuple(parts), tuple(slots), pattern.compiled.pattern.startswith("^"))
@@ -107,10 +109,10 @@ def test_every_pattern_has_a_template():
 
 
 @st.composite
-def number(draw, kind: str, separators: bool, negative: bool):
+def number(draw, kind: str, separators: bool, negative: bool, positive: bool = False):
     """(text as vLLM would print it, the value the scan must return)."""
     if kind == "int":
-        value = draw(st.integers(min_value=0 if not negative else -10**6, max_value=10**7))
+        value = draw(st.integers(min_value=int(positive) if not negative else -10**6, max_value=10**7))
         if negative:
             value = -abs(value) or -1
         grouped = separators and draw(st.booleans())
@@ -123,10 +125,10 @@ def number(draw, kind: str, separators: bool, negative: bool):
 @st.composite
 def filled(draw, template: Template):
     texts, wanted = {}, {}
-    for name, kind, separators, negative in template.slots:
+    for name, kind, separators, negative, positive in template.slots:
         if name in texts:  # the same field twice in one message (e.g. the draft window)
             continue
-        texts[name], wanted[name] = draw(number(kind, separators, negative))
+        texts[name], wanted[name] = draw(number(kind, separators, negative, positive))
     return texts, wanted
 
 

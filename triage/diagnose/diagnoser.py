@@ -23,14 +23,15 @@ the run's events go: memory does not grow with the restarts a log holds.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triage.rules.expr import Missing, render
-from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive
+from triage.diagnose.facts import DEFAULTS, Names, Run, RunSplitter, derive, line_totals
 from triage.diagnose.requirements import Requirement, derived_when_met
 from triage.plan.kvcache import GIB, bytes_for_tokens, round_up
 from triage.rules.ruleset import Rule, Step
@@ -88,6 +89,7 @@ class Diagnoser:
         self._requirements: dict[int, Requirement] = {}  # id(rule) -> what its require reads
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
         self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
+        self._totals: dict[str, dict[str, tuple[str, str]]] = {}  # rule code -> its totals, as seen
         self._logged: dict[tuple, Event] = {}  # a refused request's logged line, by what an echo of it shares
 
     @property
@@ -151,6 +153,7 @@ class Diagnoser:
         (and give their requested length), so a million rejections take a few numbers.
         True when the event was folded into its group's numbers (not to be kept)."""
         self._group_by[event.rule.code] = event.rule.group_by
+        self._totals[event.rule.code] = event.rule.totals
         key = group_key(run.number, event.rule.code, event.record.source, event.record.process,
                         grouping(event.fields, event.rule.group_by), event.hosted, event.rule.stage)
         folded = self._folded.get(key)
@@ -190,11 +193,21 @@ class Diagnoser:
             if self._requirement(e.rule).holds(e.fields, run.facts) and not within(e.record.line, copies)
         ]
         self._group_by.update((e.rule.code, e.rule.group_by) for e in problems)
+        self._totals.update((e.rule.code, e.rule.totals) for e in problems)
         findings = aggregate(
-            [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by
+            [to_finding(e, run.facts, self.keep_text, run.number) for e in problems], self._folded, self._group_by,
+            self._totals,
         )
         rules = {e.rule.code: e.rule for e in problems}
         for finding in findings:
+            rule = rules[finding.code]
+            if rule.totals and finding.count > 1:
+                # its numbers and words again, over the totals of every line it stands for
+                totals = {name: finding.derived[name] for name in rule.totals if name in finding.derived}
+                names = Names({**DEFAULTS, **run.facts, **finding.fields, "count": finding.count,
+                               "source": finding.source})
+                finding.derived.update(derive(rule, names, totals))
+                finding.cause, finding.fixes = rendered_words(rule, names, finding.hosted)
             if "requested_p99" in finding.derived:
                 window = finding.fields.get("max_model_len")
                 finding.derived.update(sizing(finding.derived["requested_p99"], {**DEFAULTS, **run.facts}, window))
@@ -220,7 +233,7 @@ def within(line: int, spans: Sequence[tuple[int, int]]) -> bool:
 def to_finding(event: Event, facts: Mapping[str, Any], keep_text: bool = False, run: int = 1) -> Finding:
     """An event's finding: its line, its own numbers and those derived over them and the facts."""
     rule: Rule = event.rule
-    names = Names({**DEFAULTS, **facts, **event.fields, "source": event.record.source})
+    names = Names({"count": 1, **DEFAULTS, **facts, **event.fields, "source": event.record.source})
     derived = derive(rule, names)  # into names too, before the words that read them
     record = event.record
     finding = rule_finding(
@@ -286,11 +299,24 @@ class Folded:
     last_line: int = 0
     last_time: str | None = None
     stats: RejectionStats = field(default_factory=lambda: RejectionStats())
+    totals: dict[str, Any] = field(default_factory=dict)  # the rule's totals over these events
 
     def add(self, event: Event) -> None:
         self.count += 1
         self.last_line, self.last_time = event.record.line, event.record.time
         self.stats.add(event.fields)
+        if event.rule.totals:
+            add_totals(event.rule.totals, self.totals, line_totals(event.rule, event.fields))
+
+
+COMBINE: dict[str, Callable[[Any, Any], Any]] = {"sum": operator.add, "max": max, "min": min}
+
+
+def add_totals(spec: Mapping[str, tuple[str, str]], into: dict[str, Any], more: Mapping[str, Any]) -> None:
+    """Totals of more lines into `into`: each by its own way (sum, max, min), whatever the order."""
+    for name, (how, _) in spec.items():
+        if name in more:
+            into[name] = more[name] if name not in into else COMBINE[how](into[name], more[name])
 
 
 def grouping(fields: Mapping[str, Any], group_by: list[str] | None) -> Mapping[str, Any]:
@@ -301,24 +327,33 @@ def grouping(fields: Mapping[str, Any], group_by: list[str] | None) -> Mapping[s
 def aggregate(
     findings: list[Finding], folded: Mapping[tuple, Folded] | None = None,
     group_by: Mapping[str, list[str] | None] | None = None,
+    totals: Mapping[str, Mapping[str, tuple[str, str]]] | None = None,
 ) -> list[Finding]:
     """Request rejections of one rule become one finding with their length distribution;
-    other identical findings (same rule, process and grouping fields) become one with a count.
+    other identical findings (same rule, process and grouping fields) become one with a count
+    and the rule's totals over them all.
     folded: the events Diagnoser counted without keeping them, by group key."""
-    group_by = group_by or {}
+    group_by, totals = group_by or {}, totals or {}
     merged: dict[tuple, list[Finding]] = {}
     for finding in findings:
         key = group_key(finding.run, finding.code, finding.source, finding.process,
                         grouping(finding.fields, group_by.get(finding.code)), finding.hosted, finding.stage)
         merged.setdefault(key, []).append(finding)
     folded = folded or {}
-    return [_merge(key[0] == "rejections", group, folded.get(key)) for key, group in merged.items()]
+    return [_merge(key[0] == "rejections", group, folded.get(key), totals.get(group[0].code))
+            for key, group in merged.items()]
 
 
-def _merge(rejections: bool, group: list[Finding], folded: Folded | None = None) -> Finding:
+def _merge(rejections: bool, group: list[Finding], folded: Folded | None = None,
+           totals: Mapping[str, tuple[str, str]] | None = None) -> Finding:
     first, last = group[0], group[-1]
     if len(group) == 1 and not (folded and folded.count):
         return first
+    if totals:  # each finding's derived numbers hold its own totals
+        for finding in group[1:]:
+            add_totals(totals, first.derived, finding.derived)
+        if folded:
+            add_totals(totals, first.derived, folded.totals)
     first.count = sum(f.count for f in group)
     first.also_at = [line for f in group for line in f.also_at]
     first.last_line = last.last_line or last.line

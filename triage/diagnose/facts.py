@@ -204,9 +204,19 @@ def derived_inputs(rule: Rule) -> tuple[str, ...]:
     return tuple(sorted({name for expression in rule.derived.values() for name in expression.names}))
 
 
-def derive(rule: Rule, names: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate the rule's derived numbers in order; one that lacks an input is left out."""
-    return derive_these(rule.derived.items(), names)
+def derive(rule: Rule, names: dict[str, Any], totals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate the rule's derived numbers in order; one that lacks an input is left out.
+    The rule's totals come first: these (over the lines a finding stands for), else one
+    line's, its fields' own values."""
+    if totals is None:
+        totals = line_totals(rule, names)
+    names.update(totals)
+    return {**totals, **derive_these(rule.derived.items(), names)}
+
+
+def line_totals(rule: Rule, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The rule's totals over one line: each is its field's value."""
+    return {name: fields[source] for name, (_, source) in rule.totals.items() if fields.get(source) is not None}
 
 
 def derive_these(expressions: Iterable[tuple[str, Expression]], names: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ RELIED_ON: dict[str, tuple[str, str]] = {
 RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
-    "versions", "deprecated_by", "require", "attach_to", "group_by", "role",
+    "versions", "deprecated_by", "require", "attach_to", "group_by", "role", "totals",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
@@ -78,6 +78,9 @@ NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # traceback ends with; consequence: vLLM's summary of a failure elsewhere (a wrapper error, a
 # died process, a dead engine); shutdown: teardown lines that never fail a run by themselves.
 ROLES = ("ready", "failure", "traceback", "exception", "consequence", "shutdown")
+# `totals`: a number over every line a finding stands for (its repeats merged), worked out by
+# the diagnosis (triage.diagnose.diagnoser): the sum, largest or smallest of a field.
+TOTAL = re.compile(r"(?P<how>sum|max|min)\(\s*(?P<field>[A-Za-z_]\w*)\s*\)")
 MATCH_TIMEOUT = 0.5  # seconds per regex search; a backtracking rule cannot hang a scan
 
 
@@ -144,6 +147,9 @@ class Rule:
     group_by: list[str] | None = None
     counter_facts: list[dict[str, Any]] = field(default_factory=list)
     role: str | None = None  # kind "fact" only: what the line says about the run's life (ROLES)
+    # name -> (sum|max|min, field): over every line the finding stands for (TOTAL); on one line,
+    # the field's value. Derived numbers and the words may use the names.
+    totals: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -387,7 +393,22 @@ def _parse_rule(
         require=_parse_require(where, raw),
         group_by=_parse_group_by(where, raw, field_types),
         role=role,
+        totals=_parse_totals(where, raw, field_types),
     )
+
+
+def _parse_totals(where: str, raw: dict, field_types: dict[str, str]) -> dict[str, tuple[str, str]]:
+    totals: dict[str, tuple[str, str]] = {}
+    for name, source in (raw.get("totals") or {}).items():
+        match = TOTAL.fullmatch(str(source).strip())
+        if match is None:
+            raise RuleError(f"{where}: totals {name}: must be sum(field), max(field) or min(field)")
+        if field_types.get(match["field"]) not in ("int", "float", "gib"):
+            raise RuleError(f"{where}: totals {name}: '{match['field']}' is not a number a pattern captures")
+        if name in field_types:
+            raise RuleError(f"{where}: totals {name}: a pattern captures a field of that name")
+        totals[str(name)] = (match["how"], match["field"])
+    return totals
 
 
 def _parse_group_by(where: str, raw: dict, field_types: dict[str, str]) -> list[str] | None:
@@ -605,13 +626,15 @@ def _parse_examples(where: str, raw: dict, keywords: list[str]) -> tuple[list[Ex
 
 def _check_names(rule: Rule, fact_names: set[str]) -> None:
     where = f"{rule.file}:{rule.line}: {rule.code}"
-    known = set(rule.field_types) | PROVIDED_NAMES | fact_names
+    known = set(rule.field_types) | PROVIDED_NAMES | fact_names | set(rule.totals)
     for name, expression in rule.derived.items():
         unknown = expression.names - known
         if unknown:
             raise RuleError(f"{where}: derived {name} uses '{sorted(unknown)[0]}', which no pattern captures")
         known.add(name)
     if rule.require is not None:
+        if rule.require.names & set(rule.totals):  # a line's require is weighed before its repeats are merged
+            raise RuleError(f"{where}: require uses '{sorted(rule.require.names & set(rule.totals))[0]}', a total")
         unknown = rule.require.names - known
         if unknown:
             raise RuleError(f"{where}: require uses '{sorted(unknown)[0]}', which no pattern captures and nothing derives")

@@ -1,0 +1,102 @@
+"""VT301 says how many preemptions there were, not how many lines said so: the largest
+cumulative count V0's warnings printed, or the sum of V1's per-interval counts, whatever the
+order and number of the lines, in every version's format."""
+
+import json
+
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from triage.cli import main
+from triage.pipeline import ScanOptions, Text, scan
+
+V0_TAIL = (
+    "Sequence group {request_id} is preempted by PreemptionMode.{mode} mode because there is not enough KV cache "
+    "space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size "
+    "to provide more KV cache memory. total_num_cumulative_preemption={count}"
+)
+V0_PREFIXES = (  # 0.4.3-0.7.3 without brackets, 0.8.0-0.10.2 with them
+    "WARNING 12-20 14:{minute:02d}:33 scheduler.py:1555] ",
+    "WARNING 03-02 11:{minute:02d}:07 [scheduler.py:1778] ",
+)
+V1_HEAD = (
+    "(APIServer pid=4410) INFO 02-03 17:{minute:02d}:45 [loggers.py:{lineno}] {engine}: Avg prompt throughput: "
+    "1530.2 tokens/s, Avg generation throughput: 290.4 tokens/s, Running: {running:,} reqs, Waiting: {waiting:,} reqs, "
+)
+# What stands between Waiting and the count, by version: nothing (0.11.1+), Deferred (0.20+),
+# KV fetch (0.32+); and after it the device's KV usage (its name from 0.30), the prefix cache
+# hit rate (optional from 0.31) and the optional parts that follow.
+V1_BEFORE = ("", "Deferred: {deferred} reqs, ",
+             "KV fetch: {deferred} waiting to start, 1 in progress, 0 completed waiting, ")
+V1_AFTER = ("GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: 12.5%",
+            "XPU KV cache usage: {usage:.1f}%", "GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: 3.0%, "
+            "Corrupted: 0 reqs, External prefix cache hit rate: 0.0%")
+ENGINES = ("Engine 000", "Engine 001", "2 Engines Aggregated")
+NOISE = (
+    "(APIServer pid=4410) INFO:     10.0.0.7:40112 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+    # a metrics line of an interval without preemptions: vLLM leaves the part out
+    "(APIServer pid=4410) INFO 02-03 17:59:45 [loggers.py:208] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+    "Avg generation throughput: 310.0 tokens/s, Running: 20 reqs, Waiting: 0 reqs, GPU KV cache usage: 61.0%, "
+    "Prefix cache hit rate: 12.5%",
+)
+request_ids = st.one_of(
+    st.text("0123456789abcdef", min_size=8, max_size=32).map(lambda h: f"chatcmpl-{h}"),
+    st.text("0123456789abcdef", min_size=8, max_size=32).map(lambda h: f"cmpl-{h}-0"),
+)
+
+
+@st.composite
+def v0_lines(draw):
+    counts = draw(st.lists(st.integers(1, 2_000_000), min_size=1, max_size=30))
+    prefix = draw(st.sampled_from(V0_PREFIXES))
+    lines = [prefix.format(minute=i % 60) + V0_TAIL.format(request_id=draw(request_ids), count=count,
+                                                           mode=draw(st.sampled_from(["RECOMPUTE", "SWAP"])))
+             for i, count in enumerate(counts)]
+    return lines, max(counts)
+
+
+@st.composite
+def v1_lines(draw):
+    counts = draw(st.lists(st.integers(1, 5_000), min_size=1, max_size=30))
+    lines = []
+    for i, count in enumerate(counts):
+        head = V1_HEAD.format(minute=i % 60, lineno=draw(st.sampled_from([208, 257, 412])),
+                              engine=draw(st.sampled_from(ENGINES)), running=draw(st.integers(1, 4096)),
+                              waiting=draw(st.integers(0, 4096)))
+        before = draw(st.sampled_from(V1_BEFORE)).format(deferred=draw(st.integers(1, 99)))
+        after = draw(st.sampled_from(V1_AFTER)).format(usage=draw(st.floats(0, 100)))
+        lines.append(f"{head}{before}Preemptions: {count:,}, {after}")
+    return lines, sum(counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(v0_lines(), v1_lines()), st.lists(st.sampled_from(NOISE), max_size=6), st.randoms())
+def test_the_finding_counts_preemptions_not_lines(drawn, noise, rng):
+    lines, preemptions = drawn
+    log = lines + noise
+    rng.shuffle(log)
+    findings = [f for f in scan([Text("server.log", ("\n".join(log) + "\n").encode())], ScanOptions()).findings
+                if f.code == "VT301"]
+    assert len(findings) == 1, [(f.line, f.fields) for f in findings]
+    [finding] = findings
+    assert finding.count == len(lines)
+    assert finding.derived["preemptions"] == preemptions
+    assert f"{preemptions:,}" in " ".join(finding.cause)
+
+
+def test_json_carries_the_preemptions_and_the_lines(tmp_path):
+    """V0: 1st, 51st, 101st warnings; V1: intervals of 3, 14 and 1,200 preemptions."""
+    v0 = [V0_PREFIXES[1].format(minute=m) + V0_TAIL.format(request_id=f"cmpl-{m:x}0ff-0", count=c, mode="RECOMPUTE")
+          for m, c in ((1, 1), (2, 51), (3, 101))]
+    v1 = [V1_HEAD.format(minute=m, lineno=257, engine="Engine 000", running=64, waiting=5)
+          + f"Preemptions: {c:,}, " + V1_AFTER[0].format(usage=99.0) for m, c in ((1, 3), (2, 14), (3, 1200))]
+    (tmp_path / "v0.log").write_text("\n".join(v0) + "\n")
+    (tmp_path / "v1.log").write_text("\n".join(v1) + "\n")
+    run = CliRunner().invoke(main, ["scan", "--format", "json", str(tmp_path / "v0.log"), str(tmp_path / "v1.log")])
+    found = {f["source"].rsplit("/", 1)[-1]: f for f in json.loads(run.stdout)["findings"] if f["code"] == "VT301"}
+    assert (found["v0.log"]["count"], found["v0.log"]["derived"]["preemptions"]) == (3, 101)
+    assert (found["v1.log"]["count"], found["v1.log"]["derived"]["preemptions"]) == (3, 1217)
+    assert found["v0.log"]["fields"]["request_id"] == "cmpl-10ff-0"  # the first line's sequence group
+    assert "preemptions the metrics lines counted: 1,217, in 3 lines" in " ".join(found["v1.log"]["cause"])
+    assert "count reached 101 by its last warning" in " ".join(found["v0.log"]["cause"])
