@@ -145,6 +145,12 @@ def test_a_message_split_at_every_point_over_two_lines_is_found(matcher, newline
         assert_found_once(events, line=2)
 
 
+@pytest.mark.parametrize("blanks", [b" ", b"\t", b"\t\t", b"   \t "])
+def test_a_line_ending_in_blanks_does_not_take_the_message_of_the_next(matcher, blanks):
+    before = b"INFO 03-02 09:14:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s" + blanks + b"\n"
+    assert_found_once(scan_bytes(matcher, before + PREFIX + BODY + b"\n"), line=2)
+
+
 @PROPERTY
 @given(cut=st.integers(1, len(BODY) - 1), filler=st.integers(0, 40), chunk_size=st.integers(32, 600))
 def test_a_split_message_is_found_across_chunk_boundaries(matcher, cut, filler, chunk_size):

@@ -583,8 +583,8 @@ class Matcher:
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
                 )
-                if starting_here:
-                    events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0])]
+                if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
+                    events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     return events
