@@ -9,7 +9,9 @@ the engine config line, which a startup prints in that order. One startup prints
 several of them, so a marker opens a new run only when the current run cannot be
 the same startup any more: it already had problems before any marker (those were the
 tail of an earlier server), the marker comes earlier in startup order than one the
-run has already seen, or the same process already printed this marker in this run.
+run has already seen, or the same process already printed this marker in this run
+(but not when it repeats the last marker word for word: ranks that share a tag, or none,
+each print it).
 Data-parallel engines each print the engine config line; their process names differ,
 so they stay in one run.
 """
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage.diagnose.lifecycle import Lifecycle
+from triage.diagnose.lifecycle import Lifecycle, printed_by_vllm
 from triage.plan import gpus
 from triage.rules.expr import Expression, Missing
 from triage.plan.kvcache import DEFAULT_BLOCK_SIZE
@@ -86,6 +88,7 @@ class Run:
     fact_events: dict[str, Event] = field(default_factory=dict)  # fact name -> the line that last printed it
     problems: list[Event] = field(default_factory=list)
     markers: dict[str, set[str | None]] = field(default_factory=dict)  # marker -> processes that printed it
+    marker_texts: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # marker -> (process with its pid, text) last printed
     last_marker_order: int = -1
     gpu_names: set[str] = field(default_factory=set)  # the cards `vllm collect-env` listed
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # how the run ended (its `role` lines)
@@ -101,10 +104,12 @@ class Run:
 
     def took(self, event: Event) -> None:
         line = event.record.line
+        self.lifecycle.add(event)
+        if event.rule.role is not None and not printed_by_vllm(event.record) and not self.lifecycle.kept(event.record):
+            return  # a sentence about a failure, not a raw traceback's line: no line of the run
         if not self.first_line:
             self.first_line, self.source = line, event.record.source
         self.last_line = max(self.last_line, event.record.end_line, line)
-        self.lifecycle.add(event)
 
     def add_fact(self, event: Event, inputs: tuple[str, ...] | None = None) -> None:
         """inputs: derived_inputs(event.rule), when the caller keeps it per rule."""
@@ -161,6 +166,7 @@ class RunSplitter:
                 self.runs.append(self.current)
             run = self.current
             run.markers.setdefault(event.rule.name, set()).add(process_name(event.record.process))
+            run.marker_texts[event.rule.name] = (event.record.process, event.record.text)
             run.last_marker_order = max(run.last_marker_order, marker)
         run = self.current
         run.took(event)
@@ -179,6 +185,8 @@ class RunSplitter:
             return bool(run.problems) or run.lifecycle.active  # the tail of an earlier server
         if marker < run.last_marker_order:
             return True
+        if marker == run.last_marker_order and run.marker_texts.get(event.rule.name) == (event.record.process, event.record.text):
+            return False  # each rank printing the same line under the same tag (torchrun's, untagged): one startup
         return process_name(event.record.process) in run.markers.get(event.rule.name, ())
 
 

@@ -25,6 +25,13 @@ from how vLLM prints (the shared lifecycle notes):
   that traceback before its death was reported.
 - Without either, the first consequence is all there is to point at (an NCCL watchdog
   time-out, a wrapper's "Engine core initialization failed").
+- A traceback goes on past an exception line only after "During handling of the above
+  exception ..." or Ray's RayTaskError(X), whose remote traceback ends in the error itself;
+  any other traceback that follows is a block of its own (a re-raised copy, another process).
+- A window may start inside a block (a paste): a process first seen at a frame or exception
+  line opens a block there, which counts only beside other failure output (the tail of a
+  request's handled error alone fails nothing). Times compare across forms (vLLM's, ISO,
+  journald's); a raw line without one takes the last time printed before it.
 
 Nothing here reads prose: failure, consequence and ready lines count only with a vLLM or
 uvicorn header or a process tag; an exception line only inside a block.
@@ -45,7 +52,7 @@ MAX_ERROR = 300  # characters of an error kept for the one-line summary
 MAX_PROCESSES = 512  # processes tracked in one run (bounded memory on a hostile log)
 MAX_BLOCKS = 8  # blocks kept per process: the first few are all the summary reads
 FAILED_PROC = re.compile(r"'([\w-]+)': (-?\d+)")  # one process and its exit code in "Failed core proc(s): {...}"
-CHAIN_GAP = 4
+CHAIN_GAP = 4  # "During handling of the above exception" this close after a block's exception continues it
 VLLM_FRAME = "vllm/"  # in a frame's path: the traceback runs through vLLM's code
 # Fact rules whose lines carry no vLLM header by nature (`vllm collect-env` output).
 HEADERLESS_FACTS = {"collect-env"}
@@ -53,7 +60,7 @@ HEADERLESS_FACTS = {"collect-env"}
 WITNESSES = {
     "served_max_model_len": ("concurrency_tokens", "max_model_len"),
     "window_source": ("auto_fit_from", "sliding_window_cap", "draft_cap_from", "max_model_len_set", "max_model_len"),
-}  # a raw traceback this close after a block's exception continues it (chained exceptions)
+}
 
 
 @dataclass(slots=True)
@@ -74,6 +81,8 @@ class Block:
     carrier: bool = False  # opened by a consequence line: whatever its traceback ends in passes an error on
     quoted: str | None = None  # a wrapper's copy of the error it passes on ("Worker failed with error '...'")
     died: bool = False  # a death another process reported: the process left no traceback of its own
+    partial: bool = False  # the window starts inside it: a failure only beside other failure output
+    order_time: str | None = None  # its time, or the last one printed before it: what orders it, never shown
 
 
 @dataclass(slots=True)
@@ -93,6 +102,7 @@ class Lifecycle:
     deaths: list[Block] = field(default_factory=list)  # processes reported dead, each at the line that says so
     ready: Record | None = None
     alias: str | None = None  # the process untagged raw lines belong to, from the last "Process X:"
+    latest: str | None = None  # the time on the last line that had one
 
     @property
     def active(self) -> bool:
@@ -101,9 +111,12 @@ class Lifecycle:
     def add(self, event: Event) -> None:
         record, role = event.record, event.rule.role
         process = tag(record)
-        seen = self._key(process) in self.seen
-        if len(self.seen) < MAX_PROCESSES:
-            self.seen.add(self._key(process))
+        key = self._key(process)
+        seen = key in self.seen
+        if not seen and len(self.seen) < MAX_PROCESSES:
+            self.seen.add(key)
+        if record.time:
+            self.latest = record.time
         if role is None:
             return
         if role == "ready":
@@ -115,9 +128,14 @@ class Lifecycle:
         elif role == "traceback":
             self._traceback(event, process, seen)
         elif role == "exception":
-            self._exception(event, process)
+            self._exception(event, process, seen)
         elif printed_by_vllm(record) or self._ends_block(process, record):
             self._consequence(event, process, role)
+
+    def kept(self, record: Record) -> bool:
+        """The line went into a process's failure output (it is the last line of one)."""
+        block = self._current(self._key(tag(record)))
+        return block is not None and block.last_line == record.line
 
     # --- blocks ----------------------------------------------------------------------
 
@@ -132,6 +150,8 @@ class Lifecycle:
     def _open(self, key: str | None, record: Record, text: str, raw: bool = False, carrier: bool = False) -> Block:
         block = Block(key, record.line, record.time, record.line, one_line(text), record.line, raw=raw,
                       wrapper=carrier, carrier=carrier)
+        # a raw traceback has no time of its own: it was printed after the last line that had one
+        block.order_time = record.time or self.latest
         block.message = block.error
         if key not in self.blocks and len(self.blocks) >= MAX_PROCESSES:
             return block  # not kept: bounded memory
@@ -154,11 +174,13 @@ class Lifecycle:
             return
         key = self._key(process)
         block = self._current(key)
-        # a traceback chained to the last one ("During handling of the above exception ...") goes on
-        # in the same stream; a raw one after a logged one is the re-raised copy: a block of its own
-        going_on = block is not None and (
-            block.awaiting or (record.line - block.last_line <= CHAIN_GAP and block.raw == raw)
-        )
+        if fields.get("chained"):  # "During handling of the above exception ...": the next traceback is this block's
+            if block is not None and record.line - block.last_line <= CHAIN_GAP:
+                block.awaiting, block.last_line = True, record.line
+            return
+        # A traceback that follows a finished one without the chaining line is another's: a raw
+        # one after a logged one is the re-raised copy, an untagged one may be another process's.
+        going_on = block is not None and block.awaiting
         if fields.get("traceback_header"):
             if going_on:
                 block.awaiting, block.last_line = True, record.line  # type: ignore[union-attr]
@@ -166,22 +188,32 @@ class Lifecycle:
                 if process is None:
                     self.alias = key = None
                 self._open(key, record, "Traceback (most recent call last):", raw=True)
+            elif not seen:  # the window starts between a failure line and its traceback
+                self._open(key, record, "(its failure line is before this window)").partial = True
             return
         if going_on:
             block.last_line = record.line  # type: ignore[union-attr]
             block.vllm = block.vllm or VLLM_FRAME in fields.get("frame_path", "")  # type: ignore[union-attr]
         elif not seen:  # the window starts inside this process's traceback
-            self._open(key, record, "(its traceback starts before this window)", raw=raw)
+            self._open(key, record, "(its traceback starts before this window)", raw=raw).partial = True
 
-    def _exception(self, event: Event, process: str | None) -> None:
-        block = self._current(self._key(process))
+    def _exception(self, event: Event, process: str | None, seen: bool) -> None:
+        if event.record.end_line != event.record.line:
+            return  # a reading of several lines joined, maybe other processes' lines: an exception line is one line
+        key = self._key(process)
+        block = self._current(key)
+        if block is None and not seen and printed_by_vllm(event.record):
+            # the window starts on the last lines of this process's traceback
+            block = self._open(key, event.record, "(its traceback starts before this window)")
+            block.partial = True
         if block is None or not block.awaiting:
             return
         fields = event.fields
         block.error = one_line(f"{fields['exception']}: {fields['error']}")
         block.message = one_line(fields["error"])
         block.error_line = block.last_line = event.record.line
-        block.awaiting = False
+        # Ray's RayTaskError(X) is followed by the remote traceback: its last exception is the error
+        block.awaiting = bool(fields.get("wrapped"))
         block.wrapper, block.quoted = block.carrier, None  # the last exception of a chain is the block's
 
     def _ends_block(self, process: str | None, record: Record) -> bool:
@@ -194,7 +226,7 @@ class Lifecycle:
         key = self._key(process)
         block = self._current(key)
         if block is not None and block.error_line == record.line:
-            if record.line != block.line:
+            if record.line != block.line or block.partial:
                 block.wrapper = True  # the traceback ends in an error that passes another's on
                 block.quoted = fields.get("worker_error")
             return
@@ -255,7 +287,10 @@ class Lifecycle:
         # training script pasted with the log): no failure of this server.
         every = [block for blocks in self.blocks.values() for block in blocks
                  if block.process is not None or not block.raw or block.vllm]
-        roots = [block for block in every if not block.wrapper] + self.deaths
+        if all(block.partial for block in every) and all(note.raw for note in self.notes.values()):
+            # only the tail of one traceback (a request's handled error, say): no failure shown
+            every = []
+        roots = [block for block in every if not block.wrapper and not reraised(block, every)] + self.deaths
         if not roots:
             roots = [block for block in every] + [n for n in self.notes.values() if not n.raw]
         root = first_to_fail(roots)
@@ -291,12 +326,44 @@ def summarize(events: Iterable[Event]) -> Outcome:
     return lifecycle.outcome()
 
 
+def reraised(block: Block, blocks: list[Block]) -> bool:
+    """A raw traceback ending in an error another process logged: the error passed on (V0's
+    engine process re-raises its worker's), however early its borrowed time looks."""
+    return block.raw and any(
+        not other.raw and other.process != block.process and other.message == block.message for other in blocks
+    )
+
+
 def first_to_fail(blocks: list[Block]) -> Block | None:
-    """By timestamp when every block has one of the same form, else by line."""
+    """By timestamp when every block has one (vLLM's, a collector's: read alike), else by line."""
     if not blocks:
         return None
-    timed = all(block.time for block in blocks) and len({len(block.time or "") for block in blocks}) == 1
-    return min(blocks, key=(lambda b: (b.time, b.line)) if timed else (lambda b: b.line))
+    times = [time_key(block.order_time or block.time) for block in blocks]
+    if None in times:
+        return min(blocks, key=lambda b: b.line)
+    return min(zip(times, blocks, strict=True), key=lambda pair: (pair[0], pair[1].line))[1]
+
+
+MONTHS = {name: f"{number:02d}" for number, name in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+TIME_FORMS = (
+    re.compile(r"(?P<month>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)"),  # vLLM's "11-04 16:20:41"
+    re.compile(r"\d{4}-(?P<month>\d\d)-(?P<day>\d\d)[T ](?P<clock>\d\d:\d\d:\d\d)"),  # ISO (docker, kubectl)
+    re.compile(r"(?P<month>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<clock>\d\d:\d\d:\d\d)"),  # journald "Nov 04 16:20:41"
+)
+
+
+def time_key(time: str | None) -> str | None:
+    """'MM-DD HH:MM:SS' from any timestamp a line may carry: vLLM's own has no year and no
+    fraction, so that is what compares (a tie goes by line)."""
+    if not time:
+        return None
+    for form in TIME_FORMS:
+        match = form.match(time)
+        if match:
+            month = MONTHS.get(match["month"], match["month"])
+            return f"{month}-{int(match['day']):02d} {match['clock']}"
+    return None
 
 
 def failure_of(block: Block, stage: str, same: bool) -> ProcessFailure:
