@@ -44,7 +44,7 @@ COLLECTOR_PREFIXES = [
     # docker compose: "vllm-1  | " (the service name padded to the longest one)
     re.compile(r"[\w.-]+\s+\| ?"),
     # a markdown quote in an issue or a chat: "> "
-    re.compile(r">+ ?(?=\S)"),
+    re.compile(r">+ ?(?![\s=])"),  # not ">= 1" (a wrapped line of a message)
 ]
 PROCESS_PREFIXES = [
     # "(APIServer pid=1) ", "(VllmWorker rank=1 pid=42) ", "(RayWorkerWrapper pid=5, ip=10.0.0.1) "

@@ -159,8 +159,11 @@ def derive_loose(source: str) -> LoosePattern | None:
 
 def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, bool]]:
     """The optional steps after the head. Literal glue goes with the value after it, so
-    other words in its place (the soft glue) are taken only when that value follows."""
-    steps, index = [], 0
+    other words in its place (the soft glue) are taken only when that value follows. A gap
+    (".*?", "[^.]*", a skipped clause) goes with the step after it: alone, an optional gap
+    would take nothing (or everything) and end the chain there, before the values."""
+    steps: list[tuple[str, bool]] = []
+    index, gap = 0, ""
     while index < len(segments):
         piece = _emit_segment(segments[index], emitter)
         following = segments[index + 1] if index + 1 < len(segments) else None
@@ -168,22 +171,45 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
             after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
             fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
-            steps.append((glue + _emit_segment(following, emitter), True))
-            index += 2
+            steps.append((gap + glue + _emit_segment(following, emitter), True))
+            index, gap = index + 2, ""
             continue
-        if piece:
-            steps.append((piece, not segments[index][0] and emitter.holds_group(segments[index])))
+        holds = not segments[index][0] and emitter.holds_group(segments[index])
+        if not holds and (gap or _holds_any(segments[index])):
+            gap += piece  # up to the next value: "(?:GPU|CPU) " alone after a gap is found inside any word
+        elif piece:
+            steps.append((piece, holds))
         index += 1
+    if gap:
+        steps.append((gap, False))
     return steps
 
 
 def _holds_any(segment: tuple[bool, Any]) -> bool:
+    """The segment holds a repeat that may take any text (at any depth)."""
     literal, items = segment
+    return not literal and _gap_in(items)
+
+
+def _any_char(items: Any) -> bool:
+    """The items hold a test that takes almost any character: ".", "[^.]", "[^,]"."""
     c = sre_constants
-    return not literal and any(
-        op in _REPEATS and any(o is c.ANY or o is c.NOT_LITERAL or o is c.IN and any(m is c.NEGATE for m, _ in v)
-                               for o, v in value[2])
-        for op, value in items)
+    return any(o is c.ANY or o is c.NOT_LITERAL or o is c.IN and any(m is c.NEGATE for m, _ in v) for o, v in items)
+
+
+def _gap_in(items: Any) -> bool:
+    """A repeat of almost any character, at any depth."""
+    c = sre_constants
+    for op, value in items:
+        if op in _REPEATS:
+            inner = [value[2]]
+            if _any_char(value[2]):
+                return True
+        else:
+            inner = [value[3]] if op is c.SUBPATTERN else list(value[1]) if op is c.BRANCH else []
+        if any(_gap_in(branch) for branch in inner):
+            return True
+    return False
 
 
 def _alnum(text: str) -> int:
@@ -247,13 +273,17 @@ class _Emitter:
             return f"(?P<{name}>{inner}|\\{{[^{{}}]{{1,80}}\\}})" if name else f"(?:{inner})"
         if op in _REPEATS:
             low, high, items = value
+            if not _any_char(items) and _gap_in(items) and not _group_indexes(items):
+                # skipped clauses ("(?:[A-Z][\w ]*: [^,]*, )*?"): with their separators gone from the
+                # loose form, nested repeats would try every split of the text
+                return ".*?" if low == 0 else ".+?"
             inner = self.emit(items)
             if not inner:
                 return ""
             bounds = _bounds(low, high)
             # lazy only over a gap (any character, a negated class): a lazy class of a few
             # characters ("v[\d.]+?") would stop short of an optional bracket
-            gap = any(o is c.ANY or o is c.NOT_LITERAL or o is c.IN and any(m is c.NEGATE for m, _ in v) for o, v in items)
+            gap = _any_char(items)
             lazy = "?" if op is c.MIN_REPEAT and gap else ""
             return f"(?:{inner}){bounds}{lazy}"
         if op in (c.ASSERT, c.ASSERT_NOT):

@@ -269,7 +269,7 @@ class Matcher:
                 if line_no <= cursor.consumed_until:
                     continue
                 if line_start >= tail_start:  # its next lines are in the next chunk
-                    buffer, offset = _around(data, line_start, end, history)
+                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose))
                     reported: frozenset[str] = frozenset()
                     if self.live:
                         alone = self._match_alone(source, buffer, offset, line_no, cursor)
@@ -277,7 +277,8 @@ class Matcher:
                         events += alone
                     pending.append(_Pending(buffer, offset, line_no, reported, selection.loose))
                 elif line_start < head_end:
-                    buffer, offset = _around(data, line_start, end, history)  # its previous lines are in earlier chunks
+                    # its previous lines are in earlier chunks
+                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose))
                     events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose)
                 elif selection.every or selection.loose:
                     events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
@@ -450,7 +451,8 @@ class Matcher:
 
     def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
         parts = lines.parts(0)
-        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor)
+        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
+                                  lines.digits_at(1))
         targets = selection.every
         if not events:
             if targets:
@@ -491,7 +493,8 @@ class Matcher:
                 continue
             if found is not None and not found.complete and not self._stops_as_pasted(found, window):
                 continue
-            if found is not None:
+            # a head on a later line is that line's own turn: it must not outscore this line's message
+            if found is not None and window.lines_of(found.start, found.end)[0] <= 0:
                 readings.append((found, target))
         if not readings:
             return []
@@ -574,26 +577,38 @@ class Matcher:
         self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, windows=WRAP_WINDOWS,
         starting_here: bool = False,
     ) -> list[Event]:
-        """starting_here: only a message that starts on the candidate line itself counts."""
-        for before, after in windows:
+        """The events of the first window (lines before, after) in which a message matches.
+        Another rule's message that goes on past that window's end (a metrics line is two
+        findings) is looked for in the wider windows that start where it does.
+        starting_here: only a message that starts on the candidate line itself counts."""
+        for index, (before, after) in enumerate(windows):
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
             for joined in _joins(texts):
                 events = self._match_text(
-                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor
+                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor,
+                    lines.digits_at(after + 1),
                 )
                 if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
                     events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
+                    matched = {event.rule.code for event in events}
+                    rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, joined)]
+                    wider = [(b, a) for b, a in windows[index + 1 :] if b == before and a > after]
+                    if rest and wider:
+                        events += self._match_wrapped(source, lines, rest, cursor, wider, starting_here)
                     return events
         return []
 
     def _match_text(
-        self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[_Target], cursor: _Cursor
+        self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[_Target], cursor: _Cursor,
+        digits_follow: Callable[[], bool] | None = None,
     ) -> list[Event]:
-        """At most one event per rule: its first pattern (in file order) that matches."""
+        """At most one event per rule: its first pattern (in file order) that matches.
+        digits_follow: the next line starts with a digit. A match that ends the text on a
+        digit then read a number the wrapping cut ("limit of 4" / "096"): a wider window reads it."""
         events: list[Event] = []
         matched_rule = -1  # targets come in rule order: a rule's patterns are next to each other
         disabled = self.disabled_patterns
@@ -609,6 +624,8 @@ class Matcher:
                 self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                 continue
             if match is None:
+                continue
+            if digits_follow is not None and match.end() == len(text) and text[-1:].isdigit() and digits_follow():
                 continue
             if record is None:
                 record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
@@ -732,9 +749,14 @@ class _LooseWindow:
                 break
 
     def _read(self, offset: int, front: bool = False) -> str | None:
-        text = self.lines.parts(offset).text
+        parts = self.lines.parts(offset)
+        text = parts.text
         if text is None or any(marker in text for marker in self.skip_markers):
             return None  # past the input, a long line, or a request-log line (a prompt): not joined
+        # a logger's prefix starts another record: a message is not read on into it, nor back
+        # from its own first line into the one before
+        if parts.level is not None and not front and offset > 0 or front and self.lines.parts(offset + 1).level:
+            return None
         form = normalise(STRING_PREFIX.sub("", text))
         if front:
             self.texts.insert(0, text)
@@ -814,11 +836,14 @@ def _joins(texts: list[str]) -> list[str]:
     return joined
 
 
-def _around(data: bytes | bytearray, line_start: int, end: int, history: _History) -> tuple[bytes, int]:
+def _around(data: bytes | bytearray, line_start: int, end: int, history: _History, loose: bool = False
+            ) -> tuple[bytes, int]:
     """A small buffer with the candidate line whole and up to CONTEXT_LINES lines on either
     side within data[:end] (before it, from the earlier chunks when data holds fewer), and
     the line's offset in it: for a line near a chunk's edge, whose neighbours the next
-    chunk or the last one holds.
+    chunk or the last one holds. loose: the candidate has a second try, whose window takes
+    LOOSE_BACK lines before it and LOOSE_AHEAD after it from data (a paste's last lines are
+    such candidates: its whole message is above them).
 
     A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so only its
     first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying whole
@@ -826,11 +851,11 @@ def _around(data: bytes | bytearray, line_start: int, end: int, history: _Histor
     """
     line_end = data.find(b"\n", line_start, end)
     line_end = end if line_end < 0 else line_end + 1
-    before = _lines_before(data, line_start, CONTEXT_LINES)
+    before = _lines_before(data, line_start, LOOSE_BACK if loose else CONTEXT_LINES)
     if len(before) < CONTEXT_LINES:
         before = history.lines_before(CONTEXT_LINES - len(before)) + before
     head = b"".join(before)
-    after = b"".join(_lines_after(data, line_end, CONTEXT_LINES, end))
+    after = b"".join(_lines_after(data, line_end, LOOSE_AHEAD if loose else CONTEXT_LINES, end))
     return head + data[line_start:line_end] + after, len(head)
 
 
@@ -975,6 +1000,10 @@ class _Lines:
         if REWRITTEN.search(self.buffer, self.start, self.end):
             return selection.every
         return selection.alone
+
+    def digits_at(self, offset: int) -> Callable[[], bool]:
+        """Whether the line at this offset starts with a digit (its prefixes and indentation off)."""
+        return lambda: (self.parts(offset).text or "").lstrip()[:1].isdigit()
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""

@@ -23,8 +23,8 @@ from triage.model import SEVERITIES, STAGES
 FIELD_TYPES = {
     # type: (regex for the {name:type} shorthand, converter)
     "int": (r"-?\d{1,3}(?:,\d{3})+(?!\d)|-?\d+(?:\.0+(?!\d))?(?!\.\d|\d)", "int"),
-    "float": (r"-?\d+(?:\.\d+)?", "float"),
-    "gib": (r"-?\d+(?:\.\d+)?", "float"),
+    "float": (r"-?\d+(?:\.\d+)?(?!\.?\d)", "float"),  # never a number cut short: "0.8609." is not "0" and "."
+    "gib": (r"-?\d+(?:\.\d+)?(?!\.?\d)", "float"),
     "word": (r"[\w.:/-]+", "str"),
     "text": (r".+?", "str"),
 }
