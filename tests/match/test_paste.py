@@ -279,3 +279,16 @@ def test_a_traceback_with_only_the_raise_source_lines_names_the_message(matcher)
     ])
     codes = [e.rule.code for e in matcher.scan_text("traceback.txt", text) if e.rule.kind == "finding"]
     assert codes == ["VT201"]
+
+
+def test_a_cut_message_takes_no_number_from_the_next_record(matcher):
+    """The loose form reads a message on over its wrapped lines, and over the clauses its
+    pattern skips, but not into a line that starts another record: a message cut short there
+    is read with what it printed itself."""
+    text = "\n".join([
+        "INFO 04-02 08:00:12 [gpu_worker.py:309] In v0.19, CUDA graph memory profiling will be enabled by default",
+        "WARNING 04-02 08:00:13 [api_server.py:88] a plugin says: increase --gpu-memory-utilization from 0.5 to 0.6",
+    ])
+    readings = [e.fields for e in matcher.scan_text("paste.log", text) if e.rule.code == "VT206"]
+    assert readings, "the cut message is still told by its head"
+    assert all("gpu_memory_utilization" not in fields for fields in readings), readings

@@ -493,8 +493,12 @@ class Matcher:
                 continue
             if found is not None and not found.complete and not self._stops_as_pasted(found, window):
                 continue
-            # a head on a later line is that line's own turn: it must not outscore this line's message
-            if found is not None and window.lines_of(found.start, found.end)[0] <= 0:
+            if found is None:
+                continue
+            # a head on a later line is that line's own turn, and a message already read (or
+            # one another finding starts inside) is not read again: neither may outscore this line's
+            first, last = window.lines_of(found.start, found.end)
+            if first <= 0 and not cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code):
                 readings.append((found, target))
         if not readings:
             return []
