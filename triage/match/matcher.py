@@ -1006,8 +1006,12 @@ class _Lines:
         return selection.alone
 
     def digits_at(self, offset: int) -> Callable[[], bool]:
-        """Whether the line at this offset starts with a digit (its prefixes and indentation off)."""
-        return lambda: (self.parts(offset).text or "").lstrip()[:1].isdigit()
+        """Whether the line at this offset goes on with a digit (its prefixes and indentation
+        off): a line with a logger's prefix is a record of its own, whatever it starts with."""
+        def goes_on_with_digit() -> bool:
+            parts = self.parts(offset)
+            return parts.level is None and (parts.text or "").lstrip()[:1].isdigit()
+        return goes_on_with_digit
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
