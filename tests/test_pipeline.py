@@ -34,7 +34,7 @@ def test_a_log_held_in_memory_scans_as_the_same_file_on_disk(ruleset):
 
 def test_unreadable_and_binary_inputs_are_errors_of_the_result(ruleset, tmp_path):
     binary = tmp_path / "core.bin"
-    binary.write_bytes(b"\x00\x01\x02" * 400)
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + b"\x00\x01\x02" * 400)  # a known format: skipped whole
     result = scan([str(tmp_path / "missing.log"), str(binary), str(FIXTURES / "startup-kv-too-small-v1.log")], ScanOptions(ruleset))
     assert result.inputs == [str(FIXTURES / "startup-kv-too-small-v1.log")] and result.skipped == [str(binary)]
     assert any("missing.log" in error for error in result.errors) and [f.code for f in result.findings][:1] == ["VT201"]

@@ -19,7 +19,17 @@ from triage.diagnose.diagnoser import Diagnoser
 from triage.diagnose.facts import Run
 from triage.diagnose.store import FindingStore
 from triage.input.follow import FollowedFile, WaitingPipe, big_regular_file, tee, with_progress
-from triage.input.reader import Chunk, InputError, capped, iter_chunks, maybe_gunzip, open_input, sniff_binary
+from triage.input.reader import (
+    Chunk,
+    InputError,
+    NotText,
+    capped,
+    iter_chunks,
+    maybe_gunzip,
+    open_input,
+    sniff_binary,
+    tallied,
+)
 from triage.match.matcher import Matcher
 from triage.model import Event, Finding, ScanResult
 from triage.rules.ruleset import Rule, RuleSet, load_rules
@@ -124,6 +134,7 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
     if options.max_bytes is not None:
         stream = capped(stream, options.max_bytes)
     interrupted = False
+    junk = NotText()
     try:
         not_a_log = sniff_binary(stream)
         if not_a_log:
@@ -131,7 +142,7 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
             result.skipped.append(name)
             return
         result.inputs.append(name)
-        take_events(events_of(path, name, stream, matcher, options, result.line_counts), diagnoser, options)
+        take_events(events_of(path, name, stream, matcher, options, result.line_counts, junk), diagnoser, options)
     except InputError as exc:
         result.errors.append(f"{name}: {exc} (scanned what could be read)")
     except KeyboardInterrupt:
@@ -140,6 +151,9 @@ def scan_input(path: str | Text, matcher: Matcher, diagnoser: Diagnoser, options
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+        warning = junk.warning(name)
+        if warning is not None:
+            result.errors.append(warning)
     diagnosis = diagnoser.result()  # adds the last run's findings to the sink
     result.facts[name], result.runs[name] = diagnosis.facts, diagnosis.runs
     if interrupted:
@@ -158,14 +172,16 @@ def open_path(path: str | Text, follow: bool, on_wait: Callable[[], None] | None
 
 def events_of(
     path: str | Text, name: str, stream: BinaryIO, matcher: Matcher, options: ScanOptions, line_counts: dict[str, int],
+    junk: NotText,
 ) -> Iterator[Event]:
-    """line_counts[name]: the number of the last line read, as it is read (not on a split file)."""
+    """line_counts[name]: the number of the last line read, as it is read (not on a split file);
+    junk: counts the lines that are not text as they are read."""
     if options.jobs > 1 and isinstance(path, str) and path != "-" and not options.follow and options.tee_to is None:
         from triage.match.parallel import can_split, scan_split  # multiprocessing: imported only when asked
 
         if can_split(path):
-            return scan_split(matcher, path, options.jobs)
-    return matcher.scan(name, counted(input_chunks(name, stream, options), name, line_counts))
+            return scan_split(matcher, path, options.jobs, junk)
+    return matcher.scan(name, counted(input_chunks(name, stream, options, junk), name, line_counts))
 
 
 def take_events(events: Iterator[Event], diagnoser: Diagnoser, options: ScanOptions) -> None:
@@ -180,8 +196,8 @@ def take_events(events: Iterator[Event], diagnoser: Diagnoser, options: ScanOpti
             on_finding(finding)
 
 
-def input_chunks(name: str, stream: BinaryIO, options: ScanOptions) -> Iterator[Chunk]:
-    chunks = iter_chunks(stream)
+def input_chunks(name: str, stream: BinaryIO, options: ScanOptions, junk: NotText) -> Iterator[Chunk]:
+    chunks = tallied(iter_chunks(stream), junk)
     size = big_regular_file(stream) if options.progress else None
     if size:
         chunks = with_progress(chunks, size, os.path.basename(name))

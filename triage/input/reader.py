@@ -6,6 +6,7 @@ lines it keeps are decoded (see records.py).
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import os
@@ -111,7 +112,9 @@ def maybe_gunzip(stream: BinaryIO) -> BinaryIO:
     return cast(BinaryIO, buffered)
 
 
-# What an input that is not a log starts with; the scan skips it with a warning.
+# What an input that is not a log starts with; the scan skips it whole with one line. Bytes
+# without a known format are read as text: junk inside a log is counted (NotText), not a reason
+# to drop the log's lines.
 SNIFF_SIZE = 8192
 MAGIC = (
     (b"\x7fELF", "an ELF binary or core dump"),
@@ -120,37 +123,128 @@ MAGIC = (
     (b"GIF87a", "a GIF image"),
     (b"GIF89a", "a GIF image"),
     (b"PK\x03\x04", "a zip archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7z archive"),
     (b"%PDF-", "a PDF document"),
-    (b"\xfd7zXZ\x00", "xz-compressed data"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+    (b"\xfd7zXZ\x00", "xz-compressed data (xz -dc FILE | vllm-triage scan -)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data (zstd -dc FILE | vllm-triage scan -)"),
     (b"\x1f\x8b", "gzip data inside gzip"),
 )
-NOT_TEXT = re.compile(rb"[\x01-\x07\x0e-\x1a\x1c-\x1f\x7f]")
-MAX_NOT_TEXT = 0.1  # share of control or undecodable bytes above which an input is binary
+BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
+TAR_MAGIC_AT = 257  # "ustar" in a tar header
+# safetensors: a little-endian u64 length, then the JSON header that many bytes long
+SAFETENSORS = re.compile(rb"[\s\S]{8}\{\"")
 
 
 def sniff_binary(stream: BinaryIO) -> str | None:
-    """Why the input is not a text log (a core dump, an image, ...), or None when it may be one.
-
-    Looks at the first SNIFF_SIZE bytes without consuming them. NULs alone do not make
-    an input binary: a log rotated with copytruncate starts with a run of them.
-    """
+    """Why the input is not a text log (a core dump, an image, an archive, UTF-16 text), or
+    None when it may be one. Looks at the first SNIFF_SIZE bytes without consuming them."""
     try:
         head = stream.peek(SNIFF_SIZE)[:SNIFF_SIZE]  # type: ignore[attr-defined]
     except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         return f"not readable gzip data ({exc})"
+    kind = binary_format(head)
+    if kind is not None:
+        return f"looks like {kind}, not a log"
+    if _utf16_bom(head) or _looks_utf16(head):
+        return "looks like UTF-16 text; convert it first: iconv -f UTF-16 -t UTF-8"
+    return None
+
+
+def _utf16_bom(head: bytes) -> bool:
+    """A UTF-16 byte-order mark, and after it what UTF-8 cannot be (two junk bytes that start
+    a UTF-8 log are no BOM)."""
+    if not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return False
+    try:
+        codecs.utf_8_decode(head[2:], "strict", False)  # not final: the sniffed bytes may end inside a character
+    except UnicodeDecodeError:
+        return True
+    return _looks_utf16(head[2:])
+
+
+def binary_format(head: bytes) -> str | None:
+    """The known binary format these first bytes start, if any."""
     for magic, kind in MAGIC:
         if head.startswith(magic):
-            return f"looks like {kind}, not a log"
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_utf16(head):
-        return "looks like UTF-16 text; convert it first: iconv -f UTF-16 -t UTF-8"
-    text = head.replace(b"\x00", b"")
-    if not text:
-        return None
-    undecodable = text.decode("utf-8", errors="replace").count("\ufffd")
-    if (len(NOT_TEXT.findall(text)) + undecodable) / len(text) > MAX_NOT_TEXT:
-        return "looks like binary data, not a log"
+            return kind
+    if BZIP2.match(head):
+        return "bzip2-compressed data (bzip2 -dc FILE | vllm-triage scan -)"
+    if head[TAR_MAGIC_AT : TAR_MAGIC_AT + 5] == b"ustar":
+        return "a tar archive"
+    if SAFETENSORS.match(head) and 2 <= int.from_bytes(head[:8], "little") < 100 * 1024 * 1024:
+        return "a safetensors file (model weights)"
     return None
+
+
+@dataclass(slots=True)
+class NotText:
+    """The lines of one input that are not text, and their bytes that are not: a NUL or bytes
+    that are not UTF-8 (a process wrote binary data to the log's stream). Other control bytes
+    (BEL, backspace, ANSI's ESC) are text. A run of NULs that starts the input is the hole a
+    copytruncate rotation leaves: not counted."""
+
+    lines: int = 0
+    junk_bytes: int = 0
+    started: bool = False  # the input's first bytes were seen
+
+    def add(self, data: bytes | bytearray, start: int, end: int) -> None:
+        """Count data[start:end], whole lines. A clean chunk costs one NUL search and one
+        UTF-8 decode; only a chunk with junk is looked at line by line."""
+        if not self.started:
+            self.started = True
+            start = end - len(data[start:end].lstrip(b"\x00"))
+        nul = _find_nul(data, start, end)
+        invalid = _first_invalid(data, start, end)
+        while min(nul, invalid) < end:
+            bad = min(nul, invalid)
+            first = data.rfind(b"\n", start, bad) + 1 or start
+            last = data.find(b"\n", bad, end)
+            last = end if last < 0 else last
+            line = bytes(data[max(first, start) : last])
+            self.lines += 1
+            self.junk_bytes += line.count(0) + len(line) - len(line.decode("utf-8", "ignore").encode())
+            start = last + 1
+            if nul < start:
+                nul = _find_nul(data, start, end)
+            if invalid < start:
+                invalid = _first_invalid(data, start, end)
+
+    def warning(self, name: str) -> str | None:
+        if not self.lines:
+            return None
+        lines = f"{self.lines:,} line is" if self.lines == 1 else f"{self.lines:,} lines are"
+        size = f"{self.junk_bytes:,} byte" if self.junk_bytes == 1 else f"{self.junk_bytes:,} bytes"
+        return (f"{name}: {lines} not text ({size} of NULs or not UTF-8: a process wrote binary data to the log); "
+                "the text lines were scanned")
+
+
+def _find_nul(data: bytes | bytearray, start: int, end: int) -> int:
+    found = data.find(b"\x00", start, end)
+    return end if found < 0 else found
+
+
+def _first_invalid(data: bytes | bytearray, start: int, end: int) -> int:
+    """Where the first byte that is not UTF-8 lies in data[start:end] (end: none). Decoded in
+    windows that double while they are clean: the error copies the window it was raised on."""
+    window = 4096
+    with memoryview(data) as view:  # released at once: the reader resizes its buffer
+        while start < end:
+            stop = min(end, start + window)
+            with view[start:stop] as part:
+                try:
+                    _, used = codecs.utf_8_decode(part, "strict", stop == end)  # not final: a character may go on
+                except UnicodeDecodeError as exc:
+                    return start + exc.start
+            start += used or stop - start
+            window = min(window * 2, 1 << 20)
+    return end
+
+
+def tallied(chunks: Iterator[Chunk], tally: NotText) -> Iterator[Chunk]:
+    """The chunks, each counted in tally before the matcher reads it."""
+    for chunk in chunks:
+        tally.add(chunk.data, 0, chunk.end)
+        yield chunk
 
 
 def _looks_utf16(head: bytes) -> bool:

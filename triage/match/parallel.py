@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields as dataclass_fields
 from typing import Any, BinaryIO
 
 from triage.match.matcher import CONTEXT_LINES, Matcher
-from triage.input.reader import GZIP_MAGIC, Chunk, iter_chunks
+from triage.input.reader import GZIP_MAGIC, Chunk, NotText, iter_chunks, tallied
 from triage.model import Event, Record
 
 LEAD = 2 * CONTEXT_LINES  # lines read before and after a part
@@ -51,6 +51,7 @@ class _Found:
     events: list[tuple]  # rule index, the record's fields, the event's fields, excerpt, pattern id, hosted
     lines: int  # newlines in [start, stop)
     warnings: list[str]
+    not_text: tuple[int, int] = (0, 0)  # lines and bytes that are not text in [start, stop)
 
 
 def can_split(path: str) -> bool:
@@ -66,16 +67,18 @@ def can_split(path: str) -> bool:
         return False
 
 
-def scan_split(matcher: Matcher, path: str, jobs: int) -> Iterator[Event]:
+def scan_split(matcher: Matcher, path: str, jobs: int, junk: NotText | None = None) -> Iterator[Event]:
     """The events of the file in line order, found by `jobs` processes.
 
     The file is cut into parts of at most PART_SIZE, so that no more than jobs + 1 parts'
-    events wait in memory for the diagnosis, which takes them in order meanwhile."""
+    events wait in memory for the diagnosis, which takes them in order meanwhile. junk: where
+    the lines that are not text are counted, each by the part that owns it."""
     global _matcher
     parts = _parts(path, jobs)
+    junk = junk if junk is not None else NotText()
     if len(parts) < 2:
         with open(path, "rb") as handle:
-            yield from matcher.scan(path, iter_chunks(handle))
+            yield from matcher.scan(path, tallied(iter_chunks(handle), junk))
         return
     _matcher = matcher  # the processes forked below inherit it
     by_rule = dict(enumerate(matcher.rules))
@@ -90,6 +93,8 @@ def scan_split(matcher: Matcher, path: str, jobs: int) -> Iterator[Event]:
                 part, pending = waiting.popleft()
                 result = pending.get()
                 matcher.warnings.extend(result.warnings)
+                junk.lines += result.not_text[0]
+                junk.junk_bytes += result.not_text[1]
                 shift = first_line - 1 - part.lead_lines
                 used = consumed
                 for rule_index, (_, line, end_line, *rest), fields, excerpt, pattern_id, hosted in result.events:
@@ -108,9 +113,18 @@ def _scan_part(path: str, part: _Part) -> _Found:
     assert matcher is not None
     index_of = {id(rule): index for index, rule in enumerate(matcher.rules)}
     line_counts: list[int] = []
+    junk = NotText(started=part.start > 0)  # only the file's own start may be a copytruncate hole
+    own_start, own_stop = part.start - part.read_from, part.stop - part.read_from
+    read = 0  # bytes of the stream before the chunk
 
     def chunks(stream: BinaryIO) -> Iterator[Chunk]:
+        nonlocal read
         for chunk in iter_chunks(stream):
+            # the part's own lines only: the lines around it are the neighbours' (both ends are line starts)
+            start, stop = max(own_start - read, 0), min(own_stop - read, chunk.end)
+            if start < stop:
+                junk.add(chunk.data, start, stop)
+            read += chunk.end
             yield chunk  # the matcher is done with it when it asks for the next: count before the reader refills
             line_counts.append(chunk.lines if chunk.lines is not None else chunk.data.count(b"\n", 0, chunk.end))
 
@@ -134,7 +148,7 @@ def _scan_part(path: str, part: _Part) -> _Found:
     last = part.lead_lines + own_lines
     if part.read_to > part.stop:  # lines past the part, read for context: the next part's (the last part
         events = [e for e in events if e[1][1] <= last]  # has none, and its last line may lack a newline)
-    return _Found(events, own_lines, matcher.warnings[warned:])
+    return _Found(events, own_lines, matcher.warnings[warned:], (junk.lines, junk.junk_bytes))
 
 
 def _parts(path: str, jobs: int) -> list[_Part]:
