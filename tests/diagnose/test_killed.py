@@ -26,73 +26,50 @@ def header(process: str | None, level: str, second: int, where: str) -> str:
     return f"{tag}{level} 05-21 11:{second // 60:02d}:{second % 60:02d} [{where}]"
 
 
-# Each shape: (the death line, the process as the analysis must name it). V0's engine process
-# is untagged; V1's frontend is APIServer and its engine core EngineCore_DP0.
-def v0_worker_died(n: Numbers, second: int) -> tuple[str, str]:
-    line = f"ERROR 05-21 11:{second // 60:02d}:{second % 60:02d} multiproc_worker_utils.py:116] " \
-           f"Worker VllmWorkerProcess pid {n.dead_pid} died, exit code: {n.exit_code}"
-    return line, f"VllmWorkerProcess pid={n.dead_pid}"
+@dataclass(frozen=True)
+class Death:
+    """A death line as vLLM prints it, templates over Numbers: the process that prints it
+    (None: untagged), its level and logger place, the message, and the process the analysis
+    must name. where "v0:...": V0's header (no bracket before the place); None: no header at
+    all (an exception line the frontend prints on its own)."""
+
+    printer: str | None
+    level: str
+    where: str | None
+    message: str
+    named: str
+
+    def __call__(self, n: Numbers, second: int) -> tuple[str, str]:
+        values = vars(n)
+        message, named = self.message.format(**values), self.named.format(**values)
+        printer = self.printer.format(**values) if self.printer else None
+        if self.where is None:
+            return f"({printer}) {message}", named
+        if self.where.startswith("v0:"):
+            return f"{self.level} 05-21 11:{second // 60:02d}:{second % 60:02d} {self.where[3:]}] {message}", named
+        return f"{header(printer, self.level, second, self.where)} {message}", named
 
 
-def v1_worker_proc_died(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(f'EngineCore_DP0 pid={n.engine_pid}', 'ERROR', second, 'multiproc_executor.py:154')} "
-        f"Worker proc VllmWorker-{n.rank} died unexpectedly, shutting down executor.",
-        f"VllmWorker-{n.rank}",
-    )
-
-
-def v1_worker_proc_died_exit_code(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(f'EngineCore_DP0 pid={n.engine_pid}', 'ERROR', second, 'multiproc_executor.py:314')} "
-        f"Worker proc VllmWorker-{n.rank} died unexpectedly (exit code: {n.exit_code}), shutting down executor.",
-        f"VllmWorker-{n.rank}",
-    )
-
-
-def ray_worker_proc_died(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(f'EngineCore_DP0 pid={n.engine_pid}', 'ERROR', second, 'ray_executor_v2.py:522')} "
-        f"RayWorkerProc rank=[{n.rank}] died unexpectedly, shutting down executor.",
-        f"RayWorkerProc rank=[{n.rank}]",
-    )
-
-
-def engine_core_proc_died(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(f'APIServer pid={n.api_pid}', 'ERROR', second, 'core_client.py:564')} "
-        "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
-        f"EngineCore_DP0 pid={n.engine_pid}",  # the tag its own lines carry
-    )
-
-
-def mpclient_engine_core_exited(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(f'APIServer pid={n.api_pid}', 'WARNING', second, 'core_client.py:702')} "
-        "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup",
-        "engine core",  # the line names no process: as it says it
-    )
-
-
-def process_died_with_exit_code(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"{header(None, 'ERROR', second, 'utils.py:288')} Exception occurred while running API servers: "
-        f"Process EngineCore_DP1 (PID: {n.dead_pid}) died with exit code {n.exit_code}",
-        f"EngineCore_DP1 pid={n.dead_pid}",
-    )
-
-
-def failed_core_procs_killed(n: Numbers, second: int) -> tuple[str, str]:
-    return (
-        f"(APIServer pid={n.api_pid}) RuntimeError: Engine core initialization failed. See root cause above. "
-        f"Failed core proc(s): {{'EngineCore_DP0': {n.exit_code}}}",
-        f"EngineCore_DP0 pid={n.engine_pid}",
-    )
-
-
+ENGINE, API = "EngineCore_DP0 pid={engine_pid}", "APIServer pid={api_pid}"
+# V0's engine process is untagged; V1's frontend is APIServer and its engine core EngineCore_DP0.
 SHAPES = [
-    v0_worker_died, v1_worker_proc_died, v1_worker_proc_died_exit_code, ray_worker_proc_died,
-    engine_core_proc_died, mpclient_engine_core_exited, process_died_with_exit_code, failed_core_procs_killed,
+    Death(None, "ERROR", "v0:multiproc_worker_utils.py:116", "Worker VllmWorkerProcess pid {dead_pid} died, exit code: {exit_code}",
+          "VllmWorkerProcess pid={dead_pid}"),
+    Death(ENGINE, "ERROR", "multiproc_executor.py:154", "Worker proc VllmWorker-{rank} died unexpectedly, shutting down executor.",
+          "VllmWorker-{rank}"),
+    Death(ENGINE, "ERROR", "multiproc_executor.py:314",
+          "Worker proc VllmWorker-{rank} died unexpectedly (exit code: {exit_code}), shutting down executor.", "VllmWorker-{rank}"),
+    Death(ENGINE, "ERROR", "ray_executor_v2.py:522", "RayWorkerProc rank=[{rank}] died unexpectedly, shutting down executor.",
+          "RayWorkerProc rank=[{rank}]"),
+    Death(API, "ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+          ENGINE),  # the tag its own lines carry
+    Death(API, "WARNING", "core_client.py:702", "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup",
+          "engine core"),  # the line names no process: as it says it
+    Death(None, "ERROR", "utils.py:288",
+          "Exception occurred while running API servers: Process EngineCore_DP1 (PID: {dead_pid}) died with exit code {exit_code}",
+          "EngineCore_DP1 pid={dead_pid}"),
+    Death(API, "", None, "RuntimeError: Engine core initialization failed. See root cause above. "
+          "Failed core proc(s): {{'EngineCore_DP0': {exit_code}}}", ENGINE),
 ]
 
 
