@@ -539,6 +539,16 @@ class Matcher:
                         chosen.setdefault((target.rule_index, target.pattern_index), target)
         return [chosen[key] for key in sorted(chosen)]
 
+    def _anchored_on(self, lines: _Lines, last: int) -> list[_Target]:
+        """The exact patterns whose anchors lines 1..last after the candidate hold."""
+        chosen: dict[tuple[int, int], _Target] = {}
+        for offset in range(1, last + 1):
+            bounds = lines._bounds(offset)
+            if bounds is not None:
+                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).every:
+                    chosen.setdefault((target.rule_index, target.pattern_index), target)
+        return [chosen[key] for key in sorted(chosen)]
+
     def _window_targets(self, lines: _Lines, window: _LooseWindow, targets: list[_Target]) -> list[_Target]:
         """The candidate's patterns and those whose anchors its neighbours hold: a wrapped
         message's own anchors may all be on other lines than the one that made it a candidate."""
@@ -599,6 +609,14 @@ class Matcher:
                 if events:
                     cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     matched = {event.rule.code for event in events}
+                    # the lines this window takes are not candidates again: the patterns their own
+                    # anchors chose are tried here ("Input length (2" / "0132) exceeds ...": the
+                    # exception's line and the context-length rule's anchor on the next)
+                    below = [t for t in self._anchored_on(lines, after) if t.rule.code not in matched and t not in targets]
+                    if below:
+                        events += self._match_text(source, lines.parts(0), joined, lines.line_no + before,
+                                                   lines.line_no + after, below, cursor, lines.digits_at(after + 1))
+                        matched = {event.rule.code for event in events}
                     rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, joined)]
                     wider = [(b, a) for b, a in windows[index + 1 :] if b == before and a > after]
                     if rest and wider:
