@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from triage.input.records import parse_line
 from triage.match.loose import derive_loose, loose_match, normalise
 from triage.rules.ruleset import load_rules
 
@@ -172,6 +173,18 @@ def test_every_wrap_width_keeps_the_rule_and_its_numbers(matcher, code, index, e
     for width in WIDTHS[index % WIDTH_STEP :: WIDTH_STEP]:
         if width < len(text):
             assert_numbers(matcher, wrap(text, width, width % 4), code, example.fields)
+
+
+@pytest.mark.parametrize(("code", "index", "example"), _marked("wrap"))
+def test_a_message_raised_as_an_exception_line_and_wrapped_keeps_its_rule(matcher, code, index, example):
+    """The message as the exception line of a traceback ("ValueError: ..."): the exception
+    reading of its first wrapped line must not take the lines that hold the rest of it."""
+    text = "ValueError: " + parse_line(example.text.strip().encode()).text
+    if not _loose_patterns(code) or len(text) <= WIDTHS[0]:
+        pytest.skip("no loose form (its head is too short to tell it) or too short to wrap")
+    for width in WIDTHS[(index + 1) % WIDTH_STEP :: WIDTH_STEP]:
+        if width < len(text):
+            assert_numbers(matcher, wrap(text, width, 0), code, example.fields)
 
 
 @pytest.mark.parametrize(("code", "index", "example"), _marked("cut"))

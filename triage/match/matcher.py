@@ -607,7 +607,11 @@ class Matcher:
                 if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
                     events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
                 if events:
-                    cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
+                    # a lifecycle reading (a wrapped exception line) does not take the lines it
+                    # joined from the messages they hold: "ValueError: Input length (2" / "0132)
+                    # exceeds ..." is the exception and, on the next line's turn, VT102
+                    if any(event.rule.role is None for event in events):
+                        cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     matched = {event.rule.code for event in events}
                     # the lines this window takes are not candidates again: the patterns their own
                     # anchors chose are tried here ("Input length (2" / "0132) exceeds ...": the
