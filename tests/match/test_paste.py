@@ -178,13 +178,16 @@ def test_every_wrap_width_keeps_the_rule_and_its_numbers(matcher, code, index, e
 @pytest.mark.parametrize(("code", "index", "example"), _marked("wrap"))
 def test_a_message_raised_as_an_exception_line_and_wrapped_keeps_its_rule(matcher, code, index, example):
     """The message as the exception line of a traceback ("ValueError: ..."): the exception
-    reading of its first wrapped line must not take the lines that hold the rest of it."""
+    reading of its first wrapped line must not take the lines that hold the rest of it, and
+    the message is read once, not once more on its next line's turn."""
     text = "ValueError: " + parse_line(example.text.strip().encode()).text
     if not _loose_patterns(code) or len(text) <= WIDTHS[0]:
         pytest.skip("no loose form (its head is too short to tell it) or too short to wrap")
     for width in WIDTHS[(index + 1) % WIDTH_STEP :: WIDTH_STEP]:
         if width < len(text):
-            assert_numbers(matcher, wrap(text, width, 0), code, example.fields)
+            wrapped = wrap(text, width, 0)
+            assert_numbers(matcher, wrapped, code, example.fields)
+            assert len(found(matcher, wrapped, code)) == 1, f"{code} read more than once in:\n{wrapped}"
 
 
 @pytest.mark.parametrize(("code", "index", "example"), _marked("cut"))

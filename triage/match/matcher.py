@@ -119,6 +119,10 @@ class _Cursor:
             for line in sorted(self.started)[: -2 * LOOSE_AHEAD]:
                 del self.started[line]
 
+    def began(self, event: Event) -> bool:
+        """This rule's event already began on the event's first line: the same message again."""
+        return (event.rule.code, event.rule.kind == "finding") in self.started.get(event.record.line, ())
+
     def taken(self, first: int, last: int, code: str) -> bool:
         """Lines first..last hold the start of another finding, or of this rule: the loose form
         must not read a message again, nor run over one (a fact inside it, a config key, may)."""
@@ -606,12 +610,9 @@ class Matcher:
                 )
                 if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
                     events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
+                # a window back from a line that holds a message's tail reads that message again
+                events = [e for e in events if not cursor.began(e)]
                 if events:
-                    # a lifecycle reading (a wrapped exception line) does not take the lines it
-                    # joined from the messages they hold: "ValueError: Input length (2" / "0132)
-                    # exceeds ..." is the exception and, on the next line's turn, VT102
-                    if any(event.rule.role is None for event in events):
-                        cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     matched = {event.rule.code for event in events}
                     # the lines this window takes are not candidates again: the patterns their own
                     # anchors chose are tried here ("Input length (2" / "0132) exceeds ...": the
@@ -621,10 +622,15 @@ class Matcher:
                         events += self._match_text(source, lines.parts(0), joined, lines.line_no + before,
                                                    lines.line_no + after, below, cursor, lines.digits_at(after + 1))
                         matched = {event.rule.code for event in events}
+                    # a lifecycle reading alone (a wrapped exception line) does not take the lines it
+                    # joined: a message there that goes on past this window is read on their turn
+                    if any(event.rule.role is None for event in events):
+                        cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
                     rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, joined)]
                     wider = [(b, a) for b, a in windows[index + 1 :] if b == before and a > after]
-                    if rest and wider:
-                        events += self._match_wrapped(source, lines, rest, cursor, wider, starting_here)
+                    if rest and wider:  # (the wider windows' own lines may choose a rule read here already)
+                        wider_events = self._match_wrapped(source, lines, rest, cursor, wider, starting_here)
+                        events += [event for event in wider_events if event.rule.code not in matched]
                     return events
         return []
 
