@@ -160,3 +160,13 @@ def test_any_finding_gives_one_line_the_matcher_reads_back(source, line, severit
     assert (group(match, "severity"), group(match, "code")) == (severity, code)
     shown = [f"{name}=" for name, value in fields.items() if isinstance(value, (int, float)) and not isinstance(value, bool)]
     assert all(name in text for name in shown)
+
+
+def test_the_readme_example_is_what_the_command_prints(matcher, monkeypatch):
+    """The README's editor section shows real output: it was left at 'x2' and 'line 29' once
+    the re-raised engine failure was counted once, and nothing noticed."""
+    monkeypatch.chdir(ROOT)
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## In your editor", 1)[1]
+    shown = re.search(r"```text\n(.*?)```", section, re.DOTALL).group(1)
+    inputs = ["fixtures/gate/short-window.log", "fixtures/startup-kv-too-small-v1.log"]
+    assert render(scan(inputs, ScanOptions(matcher=matcher)), "concise") == shown
