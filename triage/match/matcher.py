@@ -532,37 +532,30 @@ class Matcher:
         cursor.consumed_until = max(cursor.consumed_until, lines.line_no + last)
         return [Event(target.rule, record, fields, excerpt(text, 0, len(text)), target.pattern.id, target.pattern.hosted)]
 
-    def _strict_below(self, lines: _Lines) -> list[_Target]:
-        """The exact patterns whose anchors the next lines hold (a message wrapped onto them)."""
-        chosen: dict[tuple[int, int], _Target] = {}
-        for offset in range(1, CONTEXT_LINES + 1):
-            bounds = lines._bounds(offset)
+    def _targets_on(
+        self, lines: _Lines, offsets: range, loose: bool = False, given: list[_Target] = ()  # type: ignore[assignment]
+    ) -> list[_Target]:
+        """The patterns the anchors of the lines at these offsets choose (their second-try
+        patterns when loose), with the given ones, in rule-file order; offset 0 (the candidate) is
+        the given ones' part."""
+        chosen = {(t.rule_index, t.pattern_index): t for t in given}
+        for offset in offsets:
+            bounds = lines._bounds(offset) if offset else None
             if bounds is not None:
-                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).every:
-                    if target.rule.role is None:  # a lifecycle line below (an exception) is no wrapped message's rest
-                        chosen.setdefault((target.rule_index, target.pattern_index), target)
-        return [chosen[key] for key in sorted(chosen)]
-
-    def _anchored_on(self, lines: _Lines, last: int) -> list[_Target]:
-        """The exact patterns whose anchors lines 1..last after the candidate hold."""
-        chosen: dict[tuple[int, int], _Target] = {}
-        for offset in range(1, last + 1):
-            bounds = lines._bounds(offset)
-            if bounds is not None:
-                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).every:
+                selection = self._targets_in(lines.buffer, bounds[0], bounds[1])
+                for target in selection.loose if loose else selection.every:
                     chosen.setdefault((target.rule_index, target.pattern_index), target)
         return [chosen[key] for key in sorted(chosen)]
+
+    def _strict_below(self, lines: _Lines) -> list[_Target]:
+        """The exact patterns whose anchors the next lines hold (a message wrapped onto them);
+        a lifecycle line below (an exception) is no wrapped message's rest."""
+        return [t for t in self._targets_on(lines, range(1, CONTEXT_LINES + 1)) if t.rule.role is None]
 
     def _window_targets(self, lines: _Lines, window: _LooseWindow, targets: list[_Target]) -> list[_Target]:
         """The candidate's patterns and those whose anchors its neighbours hold: a wrapped
         message's own anchors may all be on other lines than the one that made it a candidate."""
-        chosen = {(t.rule_index, t.pattern_index): t for t in targets}
-        for offset in range(window.first, window.first + len(window.texts)):
-            bounds = lines._bounds(offset) if offset else None
-            if bounds is not None:
-                for target in self._targets_in(lines.buffer, bounds[0], bounds[1]).loose:
-                    chosen.setdefault((target.rule_index, target.pattern_index), target)
-        return [chosen[key] for key in sorted(chosen)]
+        return self._targets_on(lines, range(window.first, window.first + len(window.texts)), True, targets)
 
     @staticmethod
     def _stops_as_pasted(found: LooseMatch, window: _LooseWindow) -> bool:
@@ -617,7 +610,7 @@ class Matcher:
                     # the lines this window takes are not candidates again: the patterns their own
                     # anchors chose are tried here ("Input length (2" / "0132) exceeds ...": the
                     # exception's line and the context-length rule's anchor on the next)
-                    below = [t for t in self._anchored_on(lines, after) if t.rule.code not in matched and t not in targets]
+                    below = [t for t in self._targets_on(lines, range(1, after + 1)) if t.rule.code not in matched and t not in targets]
                     if below:
                         events += self._match_text(source, lines.parts(0), joined, lines.line_no + before,
                                                    lines.line_no + after, below, cursor, lines.digits_at(after + 1))
