@@ -36,7 +36,7 @@ FIGURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("GPU", ("gpu_name",), "{gpu_name}"),
     ("GPU memory", ("total_gib",), "{total_gib} GiB"),
 )
-HIDDEN = {1: "data parallel", 2: "pipeline parallel"}  # a size of 1 says nothing: not shown
+HIDDEN_AT_ONE = frozenset({"data parallel", "pipeline parallel"})  # a size of 1 says nothing: not shown
 
 
 def summaries(result: ScanResult) -> list[RunSummary]:
@@ -93,7 +93,7 @@ def stated_figures(summary: RunSummary) -> Iterator[tuple[Figure, tuple[str, ...
     for label, names, template in FIGURES:
         if label in shown or used.issuperset(names) or not all(facts.get(name) not in (None, "") for name in names):
             continue
-        if len(names) == 1 and facts[names[0]] == 1 and label in HIDDEN.values():
+        if len(names) == 1 and facts[names[0]] == 1 and label in HIDDEN_AT_ONE:
             continue
         shown.add(label)
         used.update(names)
