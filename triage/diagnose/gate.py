@@ -229,11 +229,12 @@ def evaluate(
 ) -> list[Finding]:
     """A finding for each assertion that fails, in code order, at the line of the number it
     judged (see checked())."""
-    return [
-        to_finding(rule, check)
-        for rule, check in checked(source, facts, findings, thresholds, fact_lines, assertions, ending)
-        if not check.passed
-    ]
+    return failures(checked(source, facts, findings, thresholds, fact_lines, assertions, ending))
+
+
+def failures(judged: Sequence[tuple[Rule, Check]]) -> list[Finding]:
+    """The finding of each check that did not pass, in the order judged."""
+    return [to_finding(rule, check) for rule, check in judged if not check.passed]
 
 
 def checked(
@@ -272,7 +273,7 @@ def gate_log(
         findings = [f for f in findings if f.run == run.number]
     ending = Ending(run, result.line_counts.get(name))
     judged = checked(name, facts, findings, thresholds, fact_lines, assertions, ending)
-    return [to_finding(rule, check) for rule, check in judged if not check.passed], [check for _, check in judged]
+    return failures(judged), [check for _, check in judged]
 
 
 def evidence_line(
