@@ -1,9 +1,17 @@
 """Facts come from the run's own lines, in every era's wording, and stay within their run."""
 
+import re
+import textwrap
 from pathlib import Path
+
+import pytest
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from triage.diagnose.diagnoser import diagnose
 from triage.diagnose.facts import process_name
+from triage.rules.ruleset import RuleError, load_rules
 
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
@@ -128,3 +136,54 @@ def test_the_gpu_table_gives_memory_only_for_one_known_kind_of_card(matcher):
     assert "total_gib" not in facts_of(matcher, mixed)
     unknown = COLLECT_ENV.replace("H100 80GB HBM3", "T4")  # not in the GPU table
     assert "total_gib" not in facts_of(matcher, unknown)
+
+
+RANK_LINE = "({process} pid={pid}) INFO 10-02 10:02:06 [gpu_worker.py:276] Available KV cache memory: {gib:.2f} GiB"
+V0_RANK_LINE = ("(RayWorkerWrapper pid={pid}) INFO 05-06 17:39:20 [worker.py:287] model weights take 14.99GiB; "
+                "non_torch_memory takes 0.08GiB; PyTorch activation peak memory takes 1.40GiB; the rest of the "
+                "memory reserved for KV Cache is {gib:.2f}GiB.")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(100, 9999)), min_size=1, max_size=12), st.booleans())
+def test_the_kv_memory_each_rank_prints_gives_the_run_its_smallest(matcher, printed, v0):
+    """Tensor-parallel workers each print their own KV memory, in any order, some twice (a
+    rank's last line counts); vLLM sizes the cache by the smallest, so the run's figure is
+    the smallest rank's, cited at a line that printed it. Ray's workers carry only a pid."""
+    lines, last = [], {}
+    for rank, hundredths in printed:
+        gib = hundredths / 100
+        template = V0_RANK_LINE if v0 else RANK_LINE
+        lines.append(template.format(process=f"Worker_TP{rank}", pid=1190 + rank, gib=gib))
+        last[rank] = gib
+    result = diagnose(matcher.scan_text("log", "\n".join(lines)))
+    smallest = min(last.values())
+    assert result.facts["kv_gib_available"] == smallest
+    [run] = result.runs
+    cited = run.facts.lines["kv_gib_available"][1]
+    assert f"{smallest:.2f}" in lines[cited - 1]
+
+
+@pytest.mark.parametrize(("kind", "across", "why"), [
+    ("finding", "{gib: min}", "across_ranks is for kind: fact"),
+    ("fact", "{gib: avg}", "across_ranks gib: must be one of min, max"),
+    ("fact", "{name: min}", "across_ranks name: not a number a pattern captures"),
+    ("fact", "[gib]", "across_ranks maps a field to min, max"),
+])
+def test_across_ranks_must_name_a_number_of_a_fact_rule(tmp_path, kind, across, why):
+    rule_file = tmp_path / "mine.yaml"
+    rule_file.write_text(textwrap.dedent(f"""\
+        rules:
+          - code: VT991
+            name: my-rule
+            title: Mine
+            kind: {kind}
+            stage: startup
+            keywords: ["my marker"]
+            patterns: ["my marker {{name:word}} {{gib:gib}} GiB"]
+            across_ranks: {across}
+            examples:
+              match: ["my marker w 3.5 GiB"]
+        """))
+    with pytest.raises(RuleError, match=re.escape(why)):
+        load_rules([rule_file])

@@ -96,6 +96,8 @@ class Run:
     source: str = ""
     first_line: int = 0  # the first and last line of a recognised event
     last_line: int = 0
+    # fact name -> (process, rank) -> the event each rank last printed it in (a rule's across_ranks)
+    rank_events: dict[str, dict[tuple[str | None, str | None], Event]] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -117,10 +119,13 @@ class Run:
         source, line = event.record.source, event.record.line
         if "total_gib" in fields:
             facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
-        facts.set(fields, source, line)
-        for name in fields:
-            fact_events[name] = event  # the newest line, not a copy: only its place is cited
         rule = event.rule
+        witnesses = self._across_ranks(event) if rule.across_ranks else {}
+        facts.set({k: v for k, v in fields.items() if k not in witnesses}, source, line)
+        for name, witness in witnesses.items():
+            facts.set({name: witness.fields[name]}, witness.record.source, witness.record.line)
+        for name in fields:
+            fact_events[name] = witnesses.get(name, event)  # the newest line, not a copy: only its place is cited
         if rule.derived:
             inputs = derived_inputs(rule) if inputs is None else inputs
             derived = derive(rule, {name: facts.get(name, DEFAULTS.get(name)) for name in inputs})
@@ -130,6 +135,21 @@ class Run:
         if "gpu_name" in fields:
             self.gpu_names.add(fields["gpu_name"])
             self._total_from_gpu_table(source, line)
+
+    def _across_ranks(self, event: Event) -> dict[str, Event]:
+        """The line that gives each of the rule's across_ranks fields its value: of the ranks
+        that printed it so far (each with its last line), the smallest or largest. A rank is
+        its process tag with its pid (Ray's workers differ by pid only; a run is one startup)
+        and its rank tag."""
+        rank = (event.record.process, event.record.rank)
+        witnesses: dict[str, Event] = {}
+        for name, how in event.rule.across_ranks.items():
+            if name in event.fields:
+                printed = self.rank_events.setdefault(name, {})
+                printed[rank] = event
+                pick = min if how == "min" else max
+                witnesses[name] = pick(printed.values(), key=lambda e, name=name: e.fields[name])
+        return witnesses
 
     def _total_from_gpu_table(self, source: str, line: int) -> None:
         """V1 fails before it prints the card's memory; the GPU the log names gives it, so the

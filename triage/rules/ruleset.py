@@ -66,6 +66,7 @@ RULE_KEYS = {
     "code", "name", "title", "stage", "severity", "kind", "description", "keywords",
     "patterns", "fields", "derived", "cause", "fixes", "references", "examples",
     "versions", "deprecated_by", "require", "attach_to", "group_by", "role", "totals",
+    "across_ranks",
 }
 FILE_KEYS = {"stage", "rules", "skip_markers", "hosted_markers", "description"}
 PATTERN_KEYS = {"id", "regex", "versions", "hosted", "catalog"}
@@ -81,6 +82,10 @@ ROLES = ("ready", "failure", "traceback", "exception", "consequence", "shutdown"
 # `totals`: a number over every line a finding stands for (its repeats merged), worked out by
 # the diagnosis (triage.diagnose.diagnoser): the sum, largest or smallest of a field.
 TOTAL = re.compile(r"(?P<how>sum|max|min)\(\s*(?P<field>[A-Za-z_]\w*)\s*\)")
+# `across_ranks` (kind fact): a figure each rank of one startup prints for itself (tensor-
+# parallel workers); the run's value is the smallest or largest over the ranks, each rank
+# counted with the last value it printed. vLLM sizes the KV cache by the smallest rank.
+ACROSS_RANKS = ("min", "max")
 MATCH_TIMEOUT = 0.5  # seconds per regex search; a backtracking rule cannot hang a scan
 
 
@@ -150,6 +155,7 @@ class Rule:
     # name -> (sum|max|min, field): over every line the finding stands for (TOTAL); on one line,
     # the field's value. Derived numbers and the words may use the names.
     totals: dict[str, tuple[str, str]] = field(default_factory=dict)
+    across_ranks: dict[str, str] = field(default_factory=dict)  # kind "fact": field -> min|max (ACROSS_RANKS)
 
 
 @dataclass(slots=True)
@@ -394,6 +400,7 @@ def _parse_rule(
         group_by=_parse_group_by(where, raw, field_types),
         role=role,
         totals=_parse_totals(where, raw, field_types),
+        across_ranks=_parse_across_ranks(where, raw, kind, field_types),
     )
 
 
@@ -409,6 +416,20 @@ def _parse_totals(where: str, raw: dict, field_types: dict[str, str]) -> dict[st
             raise RuleError(f"{where}: totals {name}: a pattern captures a field of that name")
         totals[str(name)] = (match["how"], match["field"])
     return totals
+
+
+def _parse_across_ranks(where: str, raw: dict, kind: str, field_types: dict[str, str]) -> dict[str, str]:
+    across = raw.get("across_ranks") or {}
+    if across and kind != "fact":
+        raise RuleError(f"{where}: across_ranks is for kind: fact")
+    if not isinstance(across, dict):
+        raise RuleError(f"{where}: across_ranks maps a field to {', '.join(ACROSS_RANKS)}")
+    for name, how in across.items():
+        if how not in ACROSS_RANKS:
+            raise RuleError(f"{where}: across_ranks {name}: must be one of {', '.join(ACROSS_RANKS)}")
+        if field_types.get(name) not in ("int", "float", "gib"):
+            raise RuleError(f"{where}: across_ranks {name}: not a number a pattern captures")
+    return {str(name): str(how) for name, how in across.items()}
 
 
 def _parse_group_by(where: str, raw: dict, field_types: dict[str, str]) -> list[str] | None:
