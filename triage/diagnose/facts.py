@@ -147,8 +147,10 @@ class Run:
             if name in event.fields:
                 printed = self.rank_events.setdefault(name, {})
                 printed[rank] = event
-                pick = min if how == "min" else max
-                witnesses[name] = pick(printed.values(), key=lambda e, name=name: e.fields[name])
+                ranks = list(printed.values())
+                values = [e.fields[name] for e in ranks]
+                best = min(values) if how == "min" else max(values)
+                witnesses[name] = ranks[values.index(best)]  # of ranks alike, the first to print it
         return witnesses
 
     def _total_from_gpu_table(self, source: str, line: int) -> None:
