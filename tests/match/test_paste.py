@@ -45,14 +45,12 @@ IDS = [f"{code}-{index}" for code, index, _ in CASES]
 # cut inside its KV usage, where the preemption rule's exact match on the same line holds
 # the second try back; VT303's v0 line cut after Waiting, which VT301's V1 form (the same head
 # since it reads the interval's preemptions) outscores, its digits counted as its own words;
-# VT407's second wording cut inside the branch that names the backend;
-# VT301's V0 count ends a 330-character message: wrapped narrow, it lies past the lines a
-# wrap is read over.
+# VT407's second wording cut inside the branch that names the backend.
 KNOWN_GAPS = {
-    "wrap": {"VT301-0", "VT301-1"},
+    "wrap": set(),
     "cut": {"VT407-1", "VT303-1", "VT303-2"},
     "requote": set(),
-    "pairs": {"VT301-0", "VT301-1"},
+    "pairs": set(),
 }
 SOUND = [case for case, name in zip(CASES, IDS, strict=True) if not any(name in gaps for gaps in KNOWN_GAPS.values())]
 
@@ -310,3 +308,42 @@ def test_a_cut_message_takes_no_number_from_the_next_record(matcher):
     readings = [e.fields for e in matcher.scan_text("paste.log", text) if e.rule.code == "VT206"]
     assert readings, "the cut message is still told by its head"
     assert all("gpu_memory_utilization" not in fields for fields in readings), readings
+
+
+def _last_value(code: str, text: str, fields: dict) -> tuple[str, int] | None:
+    """The name and start of the number the example's message prints last."""
+    for pattern in RULES.by_code(code).patterns:
+        match = pattern.compiled.search(text)
+        if match:
+            starts = {name: match.start(name) for name in _numbers(fields) if name in pattern.fields
+                      and match.group(name) is not None}
+            return max(starts.items(), key=lambda item: item[1]) if starts else None
+    return None
+
+
+FOLLOWERS = {
+    "another record": "WARNING 01-02 03:04:05 [other.py:9] {tail}",
+    "a prompt": "INFO 01-02 03:04:05 [logger.py:41] Received request cmpl-7: prompt: '{tail}', params: None",
+}
+
+
+@pytest.mark.parametrize("follower", FOLLOWERS)
+@pytest.mark.parametrize(("code", "index", "example"), CASES, ids=IDS)
+def test_a_wrapped_message_cut_before_its_last_value_takes_it_from_no_other_record(matcher, code, index, example,
+                                                                                   follower):
+    """The wrapped message is read on for as many characters as it goes (its lines, not a
+    count of them), up to a line that starts another record or quotes a prompt: its last
+    value printed there, right below the cut, is not this message's."""
+    text = example.text.strip()
+    last, head = _last_value(code, text, example.fields), _head_end(code, text)
+    if last is None or head is None or last[1] < head:
+        pytest.skip("no value after its head")
+    name, start = last
+    for width in (40, 57, 83):
+        cut = wrap(text[:start], width, index % 4)
+        pasted = cut + "\n" + FOLLOWERS[follower].format(tail=text[start:])
+        cut_lines = cut.count("\n") + 1
+        for event in matcher.scan_text("paste.log", pasted):
+            if event.rule.code == code and event.record.line <= cut_lines:
+                assert event.record.end_line <= cut_lines, f"{code} read on into the next line:\n{pasted}"
+                assert name not in event.fields or event.fields[name] != example.fields[name], pasted

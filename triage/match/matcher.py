@@ -68,11 +68,13 @@ MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest 
 HOSTED_STAGES = {"request"}
 EVENT_BURST = 256  # events of a chunk handed on together (bounded: a chunk of error lines)
 WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in patterns
-# The paste-tolerant second try (triage.match.loose): lines before and after a candidate it
-# joins (a message hard-wrapped at 40 columns spans ten lines), and at most this much text.
+# The paste-tolerant second try (triage.match.loose): lines before a candidate it joins (a
+# head a few lines above the anchor), and the text after it, in characters of the lines read
+# (newlines counted), not in lines: a message is read whole at any wrap width (a 330-character
+# message hard-wrapped at 40 columns spans nine lines), up to another record or a prompt.
 LOOSE_BACK = 4
-LOOSE_AHEAD = 14
 LOOSE_TEXT = 2400
+RECENT_STARTS = 32  # lines that began an event, kept for the second try's de-duplication
 # An input this small (one first chunk: a paste, an issue, a chat message) is also swept
 # whole in the loose form, so a message whose every anchor was broken by the wrapping is
 # still found; a server's log is larger and keeps to the anchor pass.
@@ -115,8 +117,8 @@ class _Cursor:
     def mark(self, events: list[Event]) -> None:
         for event in events:
             self.started.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
-        if len(self.started) > 4 * LOOSE_AHEAD:
-            for line in sorted(self.started)[: -2 * LOOSE_AHEAD]:
+        if len(self.started) > 2 * RECENT_STARTS:
+            for line in sorted(self.started)[:-RECENT_STARTS]:
                 del self.started[line]
 
     def began(self, event: Event) -> bool:
@@ -168,6 +170,7 @@ class Matcher:
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
+        self._by_pattern = {(t.rule.code, t.pattern.id): t for targets in self.targets.values() for t in targets}
         self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
@@ -469,6 +472,9 @@ class Matcher:
             rest = [t for t in targets if t.rule.code not in matched and self._cut_short(t, parts.text)]
             if rest:
                 events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
+        if events:  # (a fact's free-text value would run on over the lines: findings only)
+            events = [self._read_on(source, lines, event, cursor) if event.rule.kind == "finding" else event
+                      for event in events]
         if selection.loose and not any(event.rule.kind == "finding" for event in events):
             # a fact read from a wrapped window (a config key) may sit inside a damaged message
             matched = {event.rule.code for event in events}
@@ -478,13 +484,53 @@ class Matcher:
         cursor.mark(events)
         return events
 
+    def _read_on(self, source: str, lines: _Lines, event: Event, cursor: _Cursor) -> Event:
+        """An exact finding that left values of its pattern unread while its message goes on
+        below the lines it was read from (an optional clause past the exact windows' few lines:
+        VT301's cumulative count ends 330 characters of message, wrapped narrow) is read on in
+        the loose form, as far as that goes: the same pattern's reading from the same line
+        replaces it when it reads more values. A reading with all its values is left as it is."""
+        target = self._by_pattern.get((event.rule.code, event.pattern_id))
+        if target is None or all(name in event.fields for name in target.pattern.fields):
+            return event
+        below = lines.parts(event.record.end_line - lines.line_no + 1)
+        if below.text is None or below.level is not None:
+            return event  # the message ends where it was read: another record or the input's end follows
+        consumed = cursor.consumed_until
+        window = _LooseWindow(lines, self.skip_marker_texts)
+        start = event.record.line - lines.line_no
+        for found, _ in self._loose_readings(source, lines, window, [target], cursor):
+            if window.lines_of(found.start, found.end)[0] != start:
+                continue
+            read = self._loose_event(source, lines, window, found, target, cursor)
+            if read and read[0].fields.keys() - event.fields.keys():
+                read[0].fields.update({name: value for name, value in event.fields.items() if value is not None})
+                return read[0]
+        cursor.consumed_until = consumed  # nothing more was read: the lines below are their own
+        return event
+
     def _match_loose(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
         """The second try, on text people pasted (triage.match.loose): the candidate and its
         neighbours joined in the loose form. At most one event, the pattern that reads the
         most of it; the lines it used are not looked at again."""
         window = _LooseWindow(lines, self.skip_marker_texts)
+        readings = self._loose_readings(source, lines, window, self._window_targets(lines, window, targets), cursor)
+        if not readings:
+            return []
+        best = max(readings, key=lambda reading: reading[0].score)  # the first of the best: file order
+        # other rules whose message is there whole too (a metrics line is two findings)
+        others = [r for r in readings if r[0].complete and r[1].rule.code != best[1].rule.code]
+        events: list[Event] = []
+        for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
+            events += self._loose_event(source, lines, window, found, target, cursor)
+        return events
+
+    def _loose_readings(
+        self, source: str, lines: _Lines, window: _LooseWindow, targets: list[_Target], cursor: _Cursor
+    ) -> list[tuple[LooseMatch, _Target]]:
+        """The loose readings of these patterns in the window that start on the candidate or above it."""
         readings: list[tuple[LooseMatch, _Target]] = []
-        for target in self._window_targets(lines, window, targets):
+        for target in targets:
             if target.loose is False:
                 target.loose = derive_loose(target.pattern.compiled.pattern)
             pattern = target.loose
@@ -504,15 +550,7 @@ class Matcher:
             first, last = window.lines_of(found.start, found.end)
             if first <= 0 and not cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code):
                 readings.append((found, target))
-        if not readings:
-            return []
-        best = max(readings, key=lambda reading: reading[0].score)  # the first of the best: file order
-        # other rules whose message is there whole too (a metrics line is two findings)
-        others = [r for r in readings if r[0].complete and r[1].rule.code != best[1].rule.code]
-        events: list[Event] = []
-        for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
-            events += self._loose_event(source, lines, window, found, target, cursor)
-        return events
+        return readings
 
     def _loose_event(
         self, source: str, lines: _Lines, window: _LooseWindow, found: LooseMatch, target: _Target, cursor: _Cursor
@@ -596,6 +634,8 @@ class Matcher:
             texts = [lines.parts(offset).text for offset in range(before, after + 1)]
             if any(t is None for t in texts):
                 continue
+            if any(lines.parts(offset).level for offset in range(before + 1, after + 1)):
+                continue  # a line with a logger's prefix starts a record of its own: no message's rest
             for joined in _joins(texts):
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor,
@@ -803,14 +843,9 @@ class _LooseWindow:
     def text(self) -> str:
         if self._text is None:
             if self.texts and self.ahead >= 0:
-                size = sum(map(len, self.forms))
-                for offset in range(self.ahead + 1, LOOSE_AHEAD + 1):
-                    if size >= LOOSE_TEXT or self.ahead < offset - 1:
-                        break
-                    form = self._read(offset)
-                    if form is None:
-                        break
-                    size += len(form)
+                size = sum(len(text) + 1 for text in self.texts)
+                while size < LOOSE_TEXT and self._read(self.ahead + 1) is not None:
+                    size += len(self.texts[-1]) + 1
             self._text = "".join(self.forms)
         return self._text
 
@@ -867,8 +902,8 @@ def _around(data: bytes | bytearray, line_start: int, end: int, history: _Histor
     side within data[:end] (before it, from the earlier chunks when data holds fewer), and
     the line's offset in it: for a line near a chunk's edge, whose neighbours the next
     chunk or the last one holds. loose: the candidate has a second try, whose window takes
-    LOOSE_BACK lines before it and LOOSE_AHEAD after it from data (a paste's last lines are
-    such candidates: its whole message is above them).
+    LOOSE_BACK lines before it and LOOSE_TEXT bytes of lines after it from data (a paste's
+    last lines are such candidates: its whole message is above them).
 
     A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so only its
     first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying whole
@@ -880,7 +915,7 @@ def _around(data: bytes | bytearray, line_start: int, end: int, history: _Histor
     if len(before) < CONTEXT_LINES:
         before = history.lines_before(CONTEXT_LINES - len(before)) + before
     head = b"".join(before)
-    after = b"".join(_lines_after(data, line_end, LOOSE_AHEAD if loose else CONTEXT_LINES, end))
+    after = b"".join(_lines_after(data, line_end, CONTEXT_LINES, end, LOOSE_TEXT if loose else 0))
     return head + data[line_start:line_end] + after, len(head)
 
 
@@ -895,10 +930,12 @@ def _lines_before(buffer: bytes | bytearray, end: int, count: int) -> list[bytes
     return lines
 
 
-def _lines_after(buffer: bytes | bytearray, start: int, count: int, limit: int) -> list[bytes]:
-    """Up to `count` lines of buffer[:limit] from `start` on, long ones clipped."""
+def _lines_after(buffer: bytes | bytearray, start: int, count: int, limit: int, size: int = 0) -> list[bytes]:
+    """Up to `count` lines of buffer[:limit] from `start` on, long ones clipped; size: as many
+    more as begin within that many bytes of `start`."""
     lines: list[bytes] = []
-    while start < limit and len(lines) < count:
+    first = start
+    while start < limit and (len(lines) < count or start - first < size):
         end = buffer.find(b"\n", start, limit)
         end = limit if end < 0 else end + 1
         lines.append(_clipped(buffer, start, end))
