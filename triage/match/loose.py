@@ -26,9 +26,11 @@ A new vLLM wording stays a YAML change: its loose form is derived like its ancho
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from triage.match.anchors import sre_constants, sre_parse
@@ -80,7 +82,7 @@ class LooseMatch:
     fields: dict[str, str]  # the named groups that matched, as text
     start: int
     end: int
-    score: int  # matched characters of the message's own words (not values, not other words): the better reading wins
+    score: int  # matched characters of the message's own words (not values, named or not, nor other words): the better reading wins
     complete: bool  # the chain reached the pattern's end (False: cut short or tail replaced)
     values_read: bool  # it reached past the last value: only the tail may be missing
     head_end: int  # where its head ends in the text
@@ -91,8 +93,10 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
     if match is None:
         return None
     groups = match.groupdict()
-    # what other words took, and what free-form groups took (a \w+ runs on where spaces are gone)
-    soft = sum(len(value) for name, value in groups.items() if value and (name.startswith("_s") or not name.startswith("_")))
+    # what other words took, what free-form groups took (a \w+ runs on where spaces are gone),
+    # and what the pattern's unnamed classes took: a rival's "[\d,]+" reads the same number as a
+    # value, not as its own words
+    soft = sum(len(value) for name, value in groups.items() if value and (name[:2] in ("_s", "_x") or name[:1] != "_"))
     fields = {name: groups[name] for name in pattern.fields if groups.get(name) is not None}
     fields = {name: value for name, value in fields.items() if not value.startswith("{")}  # a source line's placeholder
     return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
@@ -143,13 +147,15 @@ def derive_loose(source: str) -> LoosePattern | None:
         head = f"(?-i:{head[0]}){head[1:]}"
     chain = "(?P<_end>)"
     steps = _steps(segments[head_end + 1 :], emitter)
-    last_value = max((i for i, (_, holds) in enumerate(steps) if holds), default=-1)
+    last_value = max((i for i, (_, holds, _) in enumerate(steps) if holds), default=-1)
     head += "(?P<_h>)"  # where the head ends: a cut before it is no finding
     if last_value < 0:
         head += "(?P<_v>)"  # no value after the head: it is all there is to read
     for index in range(len(steps) - 1, -1, -1):
-        step = steps[index][0].replace("{soft}", f"_s{index}")
-        chain = f"(?:{step}{'(?P<_v>)' if index == last_value else ''}{chain})?"
+        step, _, cut = steps[index]
+        step = step.replace("{soft}", f"_s{index}")
+        # a cut inside the step's alternation reads that far and ends the chain (not complete)
+        chain = f"(?:{step}{'(?P<_v>)' if index == last_value else ''}{chain}{'|' + cut if cut else ''})?"
     head_text = " ".join(content for literal, content in segments[: head_end + 1] if literal)
     pieces = [p for literal, content in segments[: head_end + 1] if literal for p in re.findall(r"[A-Za-z0-9]+", _plain(content))]
     probe = max(pieces, key=len).lower() if pieces else ""
@@ -157,12 +163,13 @@ def derive_loose(source: str) -> LoosePattern | None:
     return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
 
 
-def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, bool]]:
-    """The optional steps after the head. Literal glue goes with the value after it, so
+def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, bool, str]]:
+    """The optional steps after the head: (regex, holds a value, its form cut inside an
+    alternation or ""). Literal glue goes with the value after it, so
     other words in its place (the soft glue) are taken only when that value follows. A gap
     (".*?", "[^.]*", a skipped clause) goes with the step after it: alone, an optional gap
     would take nothing (or everything) and end the chain there, before the values."""
-    steps: list[tuple[str, bool]] = []
+    steps: list[tuple[str, bool, str]] = []
     index, gap = 0, ""
     while index < len(segments):
         piece = _emit_segment(segments[index], emitter)
@@ -171,17 +178,18 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
             after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
             fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
-            steps.append((gap + glue + _emit_segment(following, emitter), True))
+            cut = emitter.cut_branch(following[1])
+            steps.append((gap + glue + _emit_segment(following, emitter), True, cut and gap + piece + cut))
             index, gap = index + 2, ""
             continue
         holds = not segments[index][0] and emitter.holds_group(segments[index])
         if not holds and (gap or _holds_any(segments[index])):
             gap += piece  # up to the next value: "(?:GPU|CPU) " alone after a gap is found inside any word
         elif piece:
-            steps.append((piece, holds))
+            steps.append((piece, holds, "" if segments[index][0] else emitter.cut_branch(segments[index][1])))
         index += 1
     if gap:
-        steps.append((gap, False))
+        steps.append((gap, False, ""))
     return steps
 
 
@@ -225,11 +233,50 @@ class _Emitter:
 
     def __init__(self, names: dict[int, str]):
         self.names = names
+        self.unnamed = 0  # classes and repeats outside a value, captured as "_x<n>" (not the message's words)
+        self.inside = 0  # depth inside a value, a lookaround or such a capture: not captured again
+
+    def _free(self, emit: Callable[[], str]) -> str:
+        """What a class or repeat outside a named value matched is still no word of the message."""
+        if self.inside:
+            return emit()
+        inner = self._nested(emit)
+        if not inner:
+            return inner
+        self.unnamed += 1
+        return f"(?P<_x{self.unnamed}>{inner})"
+
+    def _nested(self, emit: Callable[[], str]) -> str:
+        self.inside += 1
+        try:
+            return emit()
+        finally:
+            self.inside -= 1
 
     def holds_group(self, segment: tuple) -> bool:
         return any(self.names.get(index) for index in _group_indexes(segment[1]))
 
+    def cut_branch(self, items: Any) -> str:
+        """An alternation (as the whole of a segment) cut inside a branch: each branch read as
+        far as the text goes, short of its end ("the XFORMERS" of "vLLM|the (?P<backend>\\w+)
+        backend"); "" for anything else."""
+        c = sre_constants
+        while len(items) == 1 and items[0][0] is c.SUBPATTERN and not self.names.get(items[0][1][0]):
+            items = items[0][1][3]
+        if len(items) != 1 or items[0][0] is not c.BRANCH:
+            return ""
+        starts = []
+        for branch in items[0][1][1]:
+            pieces = [piece for piece in self.pieces(branch) if piece][:-1]  # all of it is the step itself
+            if pieces:
+                starts.append(functools.reduce(lambda rest, piece: f"{piece}(?:{rest})?", reversed(pieces[:-1]), pieces[-1]))
+        return f"(?:{'|'.join(starts)})" if starts else ""
+
     def emit(self, items: Any) -> str:
+        return "".join(self.pieces(items))
+
+    def pieces(self, items: Any) -> list[str]:
+        """The items' regex, one piece per item."""
         items = list(items)
         out = []
         for index, (op, value) in enumerate(items):
@@ -238,7 +285,7 @@ class _Emitter:
                 out.append(self.literal(chr(value), strict=inside_number))
             else:
                 out.append(self.item(op, value))
-        return "".join(out)
+        return out
 
     def literal(self, char: str, strict: bool = False, top: bool = False) -> str:
         """strict: punctuation inside a number ("16.00", "131,072") stays as it is. top: a
@@ -250,6 +297,12 @@ class _Emitter:
         return re.escape(char)
 
     def item(self, op: Any, value: Any) -> str:
+        c = sre_constants
+        if op in (c.NOT_LITERAL, c.ANY, c.IN, c.CATEGORY) or op in _REPEATS and _free_repeat(*value):
+            return self._free(lambda: self._item(op, value))
+        return self._item(op, value)
+
+    def _item(self, op: Any, value: Any) -> str:
         c = sre_constants
         if op is c.LITERAL:
             return self.literal(chr(value))
@@ -268,7 +321,7 @@ class _Emitter:
         if op is c.SUBPATTERN:
             group, _, _, items = value
             name = self.names.get(group) if group else None
-            inner = self.emit(items)
+            inner = self._nested(lambda: self.emit(items)) if name else self.emit(items)
             # a named value, or the placeholder that stands for it in a traceback's source line
             return f"(?P<{name}>{inner}|\\{{[^{{}}]{{1,80}}\\}})" if name else f"(?:{inner})"
         if op in _REPEATS:
@@ -289,7 +342,7 @@ class _Emitter:
         if op in (c.ASSERT, c.ASSERT_NOT):
             direction, items = value
             kind = {(1, c.ASSERT): "?=", (1, c.ASSERT_NOT): "?!", (-1, c.ASSERT): "?<=", (-1, c.ASSERT_NOT): "?<!"}
-            return f"({kind[(direction, op)]}{self.emit(items)})"
+            return f"({kind[(direction, op)]}{self._nested(lambda: self.emit(items))})"
         if op is getattr(c, "ATOMIC_GROUP", None):
             return f"(?>{self.emit(value)})"
         if op is c.GROUPREF:
@@ -322,6 +375,26 @@ _CATEGORIES = {
     sre_constants.CATEGORY_WORD: r"\w", sre_constants.CATEGORY_NOT_WORD: r"\W",
     sre_constants.CATEGORY_SPACE: r"\s", sre_constants.CATEGORY_NOT_SPACE: r"\S",
 }
+
+
+def _free_repeat(low: int, high: Any, items: Any) -> bool:
+    """A repeat that reads no words of the message as a whole: not fixed text, no named value,
+    and no optional clause of words ("(?:Deferred: [\\d,]+ reqs, )?": its words count, its
+    class alone is captured)."""
+    if all(op is sre_constants.LITERAL for op, _ in items) or _group_indexes(items):
+        return False
+    return high != 1 or not _has_letters(items)
+
+
+def _has_letters(items: Any) -> bool:
+    c = sre_constants
+    for op, value in items:
+        if op is c.LITERAL and chr(value).isalpha():
+            return True
+        inner = [value[3]] if op is c.SUBPATTERN else list(value[1]) if op is c.BRANCH else []
+        if any(_has_letters(branch) for branch in inner):
+            return True
+    return False
 
 
 def _digit_like(op: Any, value: Any) -> bool:

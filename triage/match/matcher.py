@@ -36,6 +36,7 @@ from triage.match.anchors import (
 )
 from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.loose import (
+    QUOTES,
     LooseMatch,
     LoosePattern,
     derive_all,
@@ -83,10 +84,24 @@ PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at m
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
+# How a line that ends inside a word, a number or a clause (as a cut leaves it) may end; vLLM's
+# own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
+# whether it cuts a message short beside one read whole on it.
+OPEN_END = ",:;([-_"
+NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findings are another message beside a reading
 
 
 SENTENCE_STOP = re.compile(r"[.!?](?=\s|$)")
 CLOSE_SENTENCE = 160  # a match this close to its sentence's end is shown to it (not a prompt: vLLM's words)
+
+
+def _without_paste_tail(text: str) -> str:
+    """The line without what a paste adds after a cut (a closing quote, CJK prose, blanks):
+    where a message cut there ends."""
+    end = len(text)
+    while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES):
+        end -= 1
+    return text[:end]
 
 
 def excerpt(text: str, start: int, end: int) -> str:
@@ -125,10 +140,15 @@ class _Cursor:
         """This rule's event already began on the event's first line: the same message again."""
         return (event.rule.code, event.rule.kind == "finding") in self.started.get(event.record.line, ())
 
-    def taken(self, first: int, last: int, code: str) -> bool:
+    def taken(self, first: int, last: int, code: str, shared: tuple[int, frozenset[str]] = NOT_SHARED) -> bool:
         """Lines first..last hold the start of another finding, or of this rule: the loose form
-        must not read a message again, nor run over one (a fact inside it, a config key, may)."""
-        return any(finding or seen == code for line in range(first, last + 1) for seen, finding in self.started.get(line, ()))
+        must not read a message again, nor run over one (a fact inside it, a config key, may).
+        shared: a line and the findings on it that are another message beside this one."""
+        beside_line, beside = shared
+        return any(
+            finding and not (line == beside_line and seen in beside) or seen == code
+            for line in range(first, last + 1) for seen, finding in self.started.get(line, ())
+        )
     warnings: list[str] = field(default_factory=list)
 
 
@@ -475,11 +495,8 @@ class Matcher:
         if events:  # (a fact's free-text value would run on over the lines: findings only)
             events = [self._read_on(source, lines, event, cursor) if event.rule.kind == "finding" else event
                       for event in events]
-        if selection.loose and not any(event.rule.kind == "finding" for event in events):
-            # a fact read from a wrapped window (a config key) may sit inside a damaged message
-            matched = {event.rule.code for event in events}
-            cursor.mark(events)
-            events += self._match_loose(source, lines, [t for t in selection.loose if t.rule.code not in matched], cursor)
+        if selection.loose:
+            events += self._second_try(source, lines, selection.loose, events, cursor)
         self._mark_hosted(events, lines, selection)
         cursor.mark(events)
         return events
@@ -509,24 +526,51 @@ class Matcher:
         cursor.consumed_until = consumed  # nothing more was read: the lines below are their own
         return event
 
-    def _match_loose(self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor) -> list[Event]:
+    def _second_try(
+        self, source: str, lines: _Lines, targets: list[_Target], events: list[Event], cursor: _Cursor
+    ) -> list[Event]:
+        """The loose try of the rules the exact patterns did not read on the line. A fact read
+        (a config key) may sit inside a damaged message; a finding read exactly leaves only the
+        rules whose message the line's end cuts short (a metrics line is two findings, and a
+        cut inside the second must not lose it to the first)."""
+        matched = {event.rule.code for event in events}
+        beside = frozenset(event.rule.code for event in events if event.rule.kind == "finding")
+        rest = [t for t in targets if t.rule.code not in matched]
+        if beside:
+            text = _without_paste_tail(lines.parts(0).text)
+            last = text[-1:]
+            rest = [t for t in rest if self._cut_short(t, text)] if last and (last.isalnum() or last in OPEN_END) else []
+        if not rest:
+            return []
+        cursor.mark(events)
+        return self._match_loose(source, lines, rest, cursor, beside)
+
+    def _match_loose(
+        self, source: str, lines: _Lines, targets: list[_Target], cursor: _Cursor, beside: frozenset[str] = frozenset()
+    ) -> list[Event]:
         """The second try, on text people pasted (triage.match.loose): the candidate and its
         neighbours joined in the loose form. At most one event, the pattern that reads the
-        most of it; the lines it used are not looked at again."""
+        most of it; the lines it used are not looked at again. beside: the findings the exact
+        patterns read on the candidate line; they do not hold these targets back (and the
+        neighbours' patterns are not added: they had their turn with them)."""
         window = _LooseWindow(lines, self.skip_marker_texts)
-        readings = self._loose_readings(source, lines, window, self._window_targets(lines, window, targets), cursor)
+        shared = (lines.line_no, beside)
+        chosen = targets if beside else self._window_targets(lines, window, targets)
+        readings = self._loose_readings(source, lines, window, chosen, cursor, shared)
         if not readings:
             return []
-        best = max(readings, key=lambda reading: reading[0].score)  # the first of the best: file order
+        # the first of the best (file order); of readings as good, one that keeps the numbers
+        best = max(readings, key=lambda reading: (reading[0].score, len(reading[0].fields)))
         # other rules whose message is there whole too (a metrics line is two findings)
         others = [r for r in readings if r[0].complete and r[1].rule.code != best[1].rule.code]
         events: list[Event] = []
         for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
-            events += self._loose_event(source, lines, window, found, target, cursor)
+            events += self._loose_event(source, lines, window, found, target, cursor, shared)
         return events
 
     def _loose_readings(
-        self, source: str, lines: _Lines, window: _LooseWindow, targets: list[_Target], cursor: _Cursor
+        self, source: str, lines: _Lines, window: _LooseWindow, targets: list[_Target], cursor: _Cursor,
+        shared: tuple[int, frozenset[str]] = NOT_SHARED,
     ) -> list[tuple[LooseMatch, _Target]]:
         """The loose readings of these patterns in the window that start on the candidate or above it."""
         readings: list[tuple[LooseMatch, _Target]] = []
@@ -548,17 +592,18 @@ class Matcher:
             # a head on a later line is that line's own turn, and a message already read (or
             # one another finding starts inside) is not read again: neither may outscore this line's
             first, last = window.lines_of(found.start, found.end)
-            if first <= 0 and not cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code):
+            if first <= 0 and not cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code, shared):
                 readings.append((found, target))
         return readings
 
     def _loose_event(
-        self, source: str, lines: _Lines, window: _LooseWindow, found: LooseMatch, target: _Target, cursor: _Cursor
+        self, source: str, lines: _Lines, window: _LooseWindow, found: LooseMatch, target: _Target, cursor: _Cursor,
+        shared: tuple[int, frozenset[str]] = NOT_SHARED,
     ) -> list[Event]:
         first, last = window.lines_of(found.start, found.end)
         if first > 0:  # its head is on a later line: that line's own turn (the exact patterns first)
             return []
-        if cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code):
+        if cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code, shared):
             return []
         parts = lines.parts(first)
         text = window.original(first, last, found.start)
