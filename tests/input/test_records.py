@@ -179,3 +179,14 @@ def test_json_log_record_keeps_its_error_fields_and_leaves_user_text_out():
     assert text.startswith("completion failed Traceback (most recent call last):")
     assert "ValueError: boom" in text and '"message": "too long"' in text
     assert "quarterly" not in text
+
+
+@pytest.mark.parametrize(("escaped", "plain"), [
+    ("This model&#39;s maximum context length is 2048 tokens.", "This model's maximum context length is 2048 tokens."),
+    ("This model&#x27;s max seq len (&quot;32768&quot;)", "This model's max seq len (\"32768\")"),
+    ("This model&apos;s&nbsp;maximum context length", "This model's maximum context length"),
+    ("&lt;pre&gt;a &amp; b&lt;/pre&gt;", "<pre>a & b</pre>"),
+    ("a & b; c", "a & b; c"),  # no entity: as it was
+])
+def test_html_entities_of_a_copied_web_page_are_undone(escaped, plain):
+    assert parse_line(escaped.encode()).text == plain

@@ -10,6 +10,7 @@ silent.
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -200,8 +201,14 @@ def test_a_cut_after_each_number_keeps_the_numbers_before_it(matcher, code, inde
         assert_numbers(matcher, cut, code, survived, by_name=False)
 
 
+def html_source(text: str) -> str:
+    """As a web page's source holds it (copied from view-source, an HTML report, a scraped issue)."""
+    return html.escape(text).replace("&#x27;", "&#39;")
+
+
 DAMAGES = {
     "curly": curly, "cjk-quotes": cjk_quotes, "backticks": no_backticks, "cjk-prose": cjk_prose, "quoted": quoted,
+    "html-source": html_source,
 }
 
 

@@ -127,6 +127,8 @@ def parse_line(raw: bytes | bytearray) -> LineParts:
         _unwrap_json_log(parts)
     if "\\" in parts.text:
         parts.text = unescape(parts.text)
+    if "&" in parts.text and ";" in parts.text:
+        parts.text = unescape_html(parts.text)
     if "’" in parts.text:
         parts.text = parts.text.replace("’", "'")
     if "repeated" in parts.text:
@@ -230,6 +232,13 @@ def unescape(text: str) -> str:
         if text == before:
             break
     return text
+
+
+def unescape_html(text: str) -> str:
+    """A message copied from a web page's source or an HTML report: &#39; &quot; &amp; &nbsp;."""
+    import html  # only for such lines: its entity table is not worth loading at every start
+
+    return html.unescape(text).replace("\xa0", " ")
 
 
 def join_variants(first: str, second: str) -> tuple[str, ...]:
