@@ -206,6 +206,40 @@ def html_source(text: str) -> str:
     return html.escape(text).replace("&#x27;", "&#39;")
 
 
+def _shared_lines() -> list[tuple[str, list[str]]]:
+    """Every line of a rule example that two or more rules' exact patterns read (vLLM's V1
+    metrics line is the preemption finding and the KV usage one), with those rules."""
+    shared = {}
+    for rule in RULES.rules:
+        for example in rule.examples:
+            for line in example.text.strip().splitlines():
+                codes = [other.code for other in RULES.rules if other.kind == "finding"
+                         and any(p.compiled.search(line) for p in other.patterns)]
+                if len(codes) > 1:
+                    shared[line] = codes
+    return sorted(shared.items())
+
+
+SHARED = _shared_lines()
+
+
+@pytest.mark.parametrize(("line", "codes"), SHARED, ids=[f"{'+'.join(codes)}-{n}" for n, (_, codes) in enumerate(SHARED)])
+def test_a_cut_after_each_number_of_a_line_of_two_messages_keeps_both(matcher, line, codes):
+    """A cut after any number of such a line keeps every rule whose head and numbers (some or
+    all) are before it, with those numbers: one message read whole does not hide the other."""
+    whole = {code: _numbers(found(matcher, line, code)[0]) for code in codes}
+    ends = {code: _value_ends(code, line) for code in codes}
+    heads = {code: _head_end(code, line) for code in codes}
+    checked = set()
+    for end in sorted({end for code_ends in ends.values() for end in code_ends.values()}):
+        for code in codes:
+            survived = {k: v for k, v in whole[code].items() if ends[code].get(k, end + 1) <= end}
+            if survived and heads[code] is not None and heads[code] <= end:
+                assert_numbers(matcher, line[:end], code, survived, by_name=False)
+                checked.add(code)
+    assert checked == set(codes), f"no cut of {line!r} keeps a number of {set(codes) - checked}"
+
+
 DAMAGES = {
     "curly": curly, "cjk-quotes": cjk_quotes, "backticks": no_backticks, "cjk-prose": cjk_prose, "quoted": quoted,
     "html-source": html_source,

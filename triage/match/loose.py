@@ -86,6 +86,8 @@ class LooseMatch:
     complete: bool  # the chain reached the pattern's end (False: cut short or tail replaced)
     values_read: bool  # it reached past the last value: only the tail may be missing
     head_end: int  # where its head ends in the text
+    before_gap: bool  # it stopped where a gap begins: what follows on the line may be the clauses it skips
+    value_spans: list[tuple[int, int]]  # where its named values are in the text
 
 
 def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
@@ -100,7 +102,8 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
     fields = {name: groups[name] for name in pattern.fields if groups.get(name) is not None}
     fields = {name: value for name, value in fields.items() if not value.startswith("{")}  # a source line's placeholder
     return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
-                      groups.get("_end") is not None, groups.get("_v") is not None, match.end("_h"))
+                      groups.get("_end") is not None, groups.get("_v") is not None, match.end("_h"),
+                      groups.get("_g") is not None, [match.span(name) for name in fields])
 
 
 def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
@@ -179,7 +182,7 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
             fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
             cut = emitter.cut_branch(following[1])
-            steps.append((gap + glue + _emit_segment(following, emitter), True, cut and gap + piece + cut))
+            steps.append((gap + glue + _emit_segment(following, emitter), True, _cut_forms(cut and gap + piece + cut, gap)))
             index, gap = index + 2, ""
             continue
         holds = not segments[index][0] and emitter.holds_group(segments[index])
@@ -189,8 +192,15 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
             steps.append((piece, holds, "" if segments[index][0] else emitter.cut_branch(segments[index][1])))
         index += 1
     if gap:
-        steps.append((gap, False, ""))
+        steps.append((gap, False, _cut_forms("", gap)))
     return steps
+
+
+def _cut_forms(branch_cut: str, gap: str) -> str:
+    """A step's forms when the text ends inside it: its alternation cut in a branch, and, for a
+    step that starts with a gap, the chain stopping there ("_g": the line may end inside the
+    clauses the gap skips, "Waiting: 6 reqs, Preemptions: 2" of a KV usage line)."""
+    return "|".join(form for form in (branch_cut, "(?P<_g>)" if gap else "") if form)
 
 
 def _holds_any(segment: tuple[bool, Any]) -> bool:

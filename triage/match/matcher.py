@@ -83,6 +83,7 @@ PASTE_SIZE = 256 * 1024
 PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at most
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
+GAP_CUT = 64  # at most this much of the clauses a pattern skips (loose form) before a cut: a longer text is another message
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
 # How a line that ends inside a word, a number or a clause (as a cut leaves it) may end; vLLM's
 # own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
@@ -102,6 +103,12 @@ def _without_paste_tail(text: str) -> str:
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES):
         end -= 1
     return text[:end]
+
+
+def _values_apart(reading: LooseMatch, best: LooseMatch) -> bool:
+    """The reading has a value where the best reading has none (not the same number under
+    another name: a rival wording of one message)."""
+    return any(all(end <= low or start >= high for low, high in best.value_spans) for start, end in reading.value_spans)
 
 
 def excerpt(text: str, start: int, end: int) -> str:
@@ -561,8 +568,10 @@ class Matcher:
             return []
         # the first of the best (file order); of readings as good, one that keeps the numbers
         best = max(readings, key=lambda reading: (reading[0].score, len(reading[0].fields)))
-        # other rules whose message is there whole too (a metrics line is two findings)
-        others = [r for r in readings if r[0].complete and r[1].rule.code != best[1].rule.code]
+        # other rules whose message is there whole too (a metrics line is two findings), or cut
+        # short but with values where the best reads none of its own: a second message
+        others = [r for r in readings if r[1].rule.code != best[1].rule.code
+                  and (r[0].complete or _values_apart(r[0], best[0]))]
         events: list[Event] = []
         for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
             events += self._loose_event(source, lines, window, found, target, cursor, shared)
@@ -650,6 +659,8 @@ class Matcher:
         if found.values_read:
             following = window.text()[found.end : found.end + LOOSE_MORE_VALUES]
             return not any(c.isdigit() for c in following)
+        if found.before_gap and rest:  # the line ends inside the clauses its pattern skips (cut there)
+            return sum(c.isascii() for c in rest) <= GAP_CUT
         return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
 
     def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
