@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from triage.model import SEVERITIES, Finding
 from triage.pipeline import ScanOptions, scan
 from triage.report import ScanResult, ordered, relative_path, render
+from triage.report.runs import shown_runs
 from triage.report.concise import line as concise_line
 
 from conftest import FIXTURES, ROOT
@@ -82,7 +83,7 @@ def check_report(result: ScanResult) -> list[str]:
     """Every finding's line, then every run's, then the one summary no matcher reads."""
     lines = render(result, "concise").splitlines()
     findings = ordered(result.findings)
-    runs = [run.summary for name in result.inputs for run in result.runs.get(name, ()) if run.summary is not None]
+    runs = [summary for summary, _ in shown_runs(result)]  # a run that states nothing has no line
     *problem_lines, summary = lines
     assert len(problem_lines) == len(findings) + len(runs)
     for text, finding in zip(problem_lines[: len(findings)], findings, strict=True):
@@ -170,3 +171,12 @@ def test_the_readme_example_is_what_the_command_prints(matcher, monkeypatch):
     shown = re.search(r"```text\n(.*?)```", section, re.DOTALL).group(1)
     inputs = ["fixtures/gate/short-window.log", "fixtures/startup-kv-too-small-v1.log"]
     assert render(scan(inputs, ScanOptions(matcher=matcher)), "concise") == shown
+
+
+def test_a_pasted_client_error_alone_gives_no_run_line(matcher):
+    """A run that states no figure and no ending (a request error pasted from a client) has
+    nothing to say in the problem list: as in the text and rich formats, no line for it."""
+    result = scan(["fixtures/client-openai-python-traceback.log"], ScanOptions(matcher=matcher))
+    lines = render(result, "concise").splitlines()
+    assert [line for line in lines if ": info: run " in line] == []
+    assert any(": error: VT102 " in line for line in lines)

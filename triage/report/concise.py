@@ -18,6 +18,7 @@ from typing import Any
 
 from triage.model import Finding, RunSummary
 from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
+from triage.report.runs import shown_runs
 
 
 def render(result: ScanResult) -> str:
@@ -27,10 +28,8 @@ def render(result: ScanResult) -> str:
 def pieces(result: ScanResult) -> Iterator[str]:
     for finding in ordered(result.findings):
         yield line(finding) + "\n"
-    for name in result.inputs:
-        for run in result.runs.get(name, ()):
-            if run.summary is not None:
-                yield run_line(run.summary) + "\n"
+    for summary, _ in shown_runs(result):  # as the other formats: a paste of request errors alone has none
+        yield run_line(summary) + "\n"
     yield f"{TOOL_NAME}: {summary_line(result)}\n"
 
 
