@@ -10,6 +10,7 @@ silent.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 
@@ -25,6 +26,7 @@ RULES = load_rules()
 PROCESS_TAG = re.compile(r"^\((?:[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ")
 WIDTHS = range(40, 161)
 WIDTH_STEP = 3  # each example meets every third width, the examples between them the others
+derived = functools.cache(derive_loose)  # the helpers below ask for every rule's loose forms for each damaged text
 
 
 def _numbers(fields: dict) -> dict:
@@ -60,7 +62,7 @@ def _marked(kind: str) -> list:
 
 def _loose_patterns(code: str) -> list:
     rule = RULES.by_code(code)
-    return [lp for p in rule.patterns for lp in [derive_loose(p.compiled.pattern)] if lp is not None]
+    return [lp for p in rule.patterns for lp in [derived(p.compiled.pattern)] if lp is not None]
 
 
 def _value_ends(code: str, text: str) -> dict[str, int]:
@@ -130,7 +132,7 @@ def rivals(code: str, text: str) -> set[str]:
     loose form reads it as far as this rule's does (the same head and numbers so far)."""
     form = normalise(text)
     reach = {
-        rule.code: max((m.end for p in rule.patterns for lp in [derive_loose(p.compiled.pattern)] if lp
+        rule.code: max((m.end for p in rule.patterns for lp in [derived(p.compiled.pattern)] if lp
                         for m in [loose_match(lp, form, 1.0)] if m), default=-1)
         for rule in RULES.rules if rule.kind == "finding"
     }
