@@ -3,8 +3,11 @@ damaged between vLLM and a clipboard, still gives its rule with every number tha
 
 Damages (issue 15): hard-wrapped at a fixed width (mid-word, mid-number; the continuation
 lines bare, indented, or carrying the process tag again), cut after a number, backticks
-lost, quotes made curly or CJK, CJK prose around the message on the same line, a markdown
-quote in front; each alone and two at a time. Decoys (prompts, prose naming a knob) stay
+lost, quotes made curly or CJK, Chinese, Japanese or Korean prose around the message on the
+same line (full-width punctuation in it too), a markdown quote in front; paraphrased (other
+glue and case between the clauses, the message lower- or upper-cased, other words inside
+the parenthesis, the closing sentence replaced or dropped, a log level in front); each alone
+and two at a time. Decoys (prompts, prose naming a knob or asking about a message) stay
 silent.
 """
 
@@ -49,6 +52,7 @@ KNOWN_GAPS = {
     "wrap": set(),
     "cut": set(),
     "requote": set(),
+    "paraphrase": set(),
     "pairs": set(),
 }
 SOUND = [case for case, name in zip(CASES, IDS, strict=True) if not any(name in gaps for gaps in KNOWN_GAPS.values())]
@@ -75,17 +79,25 @@ def _value_ends(code: str, text: str) -> dict[str, int]:
     return {}
 
 
-def _head_end(code: str, text: str) -> int | None:
-    """Where the head of the example's message ends in the example (None: it has no loose form)."""
+def _head(code: str, text: str):
+    """The best loose reading of the example's message (None: it has no loose form)."""
     form = normalise(text)
     found = [m for lp in _loose_patterns(code) for m in [loose_match(lp, form, 1.0)] if m]
-    if not found:
-        return None
-    head = max(found, key=lambda m: m.score).head_end
-    for cut in range(len(text) + 1):  # the first raw offset whose loose form holds the head
-        if len(normalise(text[:cut])) >= head:
+    return max(found, key=lambda m: m.score) if found else None
+
+
+def _raw_offset(text: str, loose_offset: int) -> int | None:
+    """The first raw offset whose loose form holds this many characters."""
+    for cut in range(len(text) + 1):
+        if len(normalise(text[:cut])) >= loose_offset:
             return cut
     return None
+
+
+def _head_end(code: str, text: str) -> int | None:
+    """Where the head of the example's message ends in the example (None: it has no loose form)."""
+    head = _head(code, text)
+    return None if head is None else _raw_offset(text, head.head_end)
 
 
 def wrap(text: str, width: int, style: int) -> str:
@@ -121,6 +133,22 @@ def no_backticks(text: str) -> str:
 
 def cjk_prose(text: str) -> str:
     return f"我们的服务启动失败，日志里是：「{text}」请问应该怎么调整？"
+
+
+def japanese_prose(text: str) -> str:
+    """Japanese right against the message on both sides, no space or quote between."""
+    return f"vLLMを起動したらログに{text}と出ました。どう直せばいいですか？"
+
+
+def korean_prose(text: str) -> str:
+    return f"vLLM 서버 로그에 이렇게 나옵니다: {text} 어떻게 해야 하나요?"
+
+
+def chinese_full_width(text: str) -> str:
+    """Chinese prose, and the message's own punctuation typed full-width as a Chinese IME does."""
+    for ascii_form, full_width in ((". ", "\u3002"), (", ", "\uff0c"), (": ", "\uff1a"), ("(", "\uff08"), (")", "\uff09")):
+        text = text.replace(ascii_form, full_width)
+    return f"报错如下：{text}。请问怎么办？"
 
 
 def quoted(text: str) -> str:
@@ -245,6 +273,7 @@ def test_a_cut_after_each_number_of_a_line_of_two_messages_keeps_both(matcher, l
 DAMAGES = {
     "curly": curly, "cjk-quotes": cjk_quotes, "backticks": no_backticks, "cjk-prose": cjk_prose, "quoted": quoted,
     "html-source": html_source,
+    "japanese": japanese_prose, "korean": korean_prose, "chinese-full-width": chinese_full_width,
 }
 
 
@@ -299,6 +328,134 @@ def _drawn_cut(code, text, fields, data):
     return end, {k: v for k, v in _numbers(fields).items() if k in ends and ends[k] <= end}
 
 
+# --- paraphrased: vLLM's head and numbers, other glue (issue 15, class 4) ---------------
+
+SENTENCE_BREAK = re.compile(r"(?<=[^\s.])\. (?=[A-Z])")  # between two of the message's sentences
+CLAUSE_START = re.compile(r"(?<=[^\s.]\. )[A-Z](?=[a-z])")  # "However", not "VLLM_..."
+CLOSING_END = re.compile(r"\.(?=[\s\"]|$)")
+OTHER_CLOSING = "Check the request and try again."
+
+
+def other_glue(separator: str):
+    """The sentences joined by other punctuation: '. ' as '; ', ', ', ' - ' or ' -- '."""
+    return lambda text: SENTENCE_BREAK.sub(separator, text)
+
+
+def lower_clauses(text: str) -> str:
+    """A clause after a sentence break starts in lower case ("However" -> "however")."""
+    return CLAUSE_START.sub(lambda m: m.group(0).lower(), text)
+
+
+def other_words(vllm: str, other: str):
+    return lambda text: text.replace(vllm, other)
+
+
+def other_separator(separator: str):
+    """Another separator between the parenthesis' two counts ("(15210 in the messages / 2000 ...")."""
+    return lambda text: re.sub(r"(\d+ in the messages), (?=\d+ in the completion)", rf"\1{separator}", text)
+
+
+def other_level(level: str):
+    """A log level vLLM did not print there, in front of the message (vLLM's prefix gone)."""
+    return lambda text: level + parse_line(text.encode()).text
+
+
+PARAPHRASES = {
+    **{f"glue{sep.strip() or sep!r}": other_glue(sep) for sep in ("; ", ", ", " - ", " -- ")},
+    "lower-clause": lower_clauses, "lower": str.lower, "upper": str.upper,
+    **{f"{other}": other_words(vllm, other) for vllm, other in (
+        ("in the messages", "in the prompt"), ("in the messages", "for the input"),
+        ("in the completion", "for the output"), ("in the completion", "for generation"))},
+    **{f"parenthesis{sep.strip()}": other_separator(sep) for sep in (" / ", " + ", "; ")},
+    **{f"level-{level.strip()}": other_level(level) for level in ("ERROR: ", "[error] ", "W1202 ")},
+}
+
+
+def recased_head(code: str, text: str) -> str:
+    """The head's first letter in the other case ("this model's maximum ...", "Max_num_batched_tokens ...")."""
+    head = _head(code, text)
+    at = _raw_offset(text, head.start + 1) - 1
+    return text[:at] + text[at].swapcase() + text[at + 1 :]
+
+
+def closing(text: str, replacement: str, last_value: int) -> str | None:
+    """The message's closing sentence, the one after its last number, replaced (or dropped:
+    replacement ""); None when its last sentence holds a number (that is no closing words)."""
+    breaks = [b for b in SENTENCE_BREAK.finditer(text) if b.start() >= last_value]
+    if not breaks or SENTENCE_BREAK.search(text, breaks[-1].end()):
+        return None
+    start = breaks[-1].end()
+    end = CLOSING_END.search(text, start)
+    stop = end.end() if end else len(text)
+    if not replacement and stop == len(text):
+        return text[:start].rstrip()
+    return text[:start] + replacement + text[stop:]
+
+
+def paraphrased(name: str, code: str, text: str, fields: dict) -> tuple[str, dict] | None:
+    """The text under the named paraphrase, and the numbers it carries (all of the message's);
+    None when the paraphrase does not apply to this message (nothing it changes)."""
+    numbers = _numbers(fields)
+    if name == "head-recased":
+        damaged = recased_head(code, text)
+    elif name.startswith("closing"):
+        ends = [end for key, end in _value_ends(code, text).items() if key in numbers]
+        damaged = closing(text, OTHER_CLOSING if name == "closing-replaced" else "", max(ends)) if ends else None
+    else:
+        damaged = PARAPHRASES[name](text)
+    return None if damaged is None or damaged == text else (damaged, numbers)
+
+
+PARAPHRASE_NAMES = [*PARAPHRASES, "head-recased", "closing-replaced", "closing-dropped"]
+
+
+def assert_no_other_rule(matcher, damaged: str, text: str) -> None:
+    """The paraphrase makes no finding of another rule that the message as vLLM printed it does not."""
+    codes = {e.rule.code for e in matcher.scan_text("paste.log", text) if e.rule.kind == "finding"}
+    more = {e.rule.code for e in matcher.scan_text("paste.log", damaged) if e.rule.kind == "finding"} - codes
+    assert not more, f"{sorted(more)} read from:\n{damaged}"
+
+
+@pytest.mark.parametrize(("code", "index", "example"), _marked("paraphrase"))
+def test_a_paraphrase_keeps_the_rule_and_its_numbers(matcher, code, index, example):
+    text = example.text.strip()
+    if not _loose_patterns(code):
+        pytest.skip("no loose form")
+    for name in PARAPHRASE_NAMES:
+        damaged = paraphrased(name, code, text, example.fields)
+        if damaged is not None:
+            assert_numbers(matcher, damaged[0], code, damaged[1])
+            assert_no_other_rule(matcher, damaged[0], text)
+
+
+def test_every_paraphrase_meets_some_example():
+    """None of the paraphrases is a no-op on every example (the property would hold vacuously)."""
+    unused = {name for name in PARAPHRASE_NAMES
+              if all(paraphrased(name, code, ex.text.strip(), ex.fields) is None for code, _, ex in SOUND if _loose_patterns(code))}
+    assert not unused
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.sampled_from(SOUND), st.sampled_from(PARAPHRASE_NAMES), st.integers(40, 160), st.integers(0, 3),
+       st.booleans(), st.data())
+def test_a_paraphrase_with_a_wrap_or_a_cut(matcher, case, name, width, style, cut_first, data):
+    """A paraphrase with a wrap, or with a cut after a number (a cut drops the closing sentence
+    itself: those two are not paired)."""
+    code, _, example = case
+    text = example.text.strip()
+    if not _loose_patterns(code):
+        return
+    if cut_first:
+        cut = _drawn_cut(code, text, example.fields, data)
+        damaged = None if cut is None or name.startswith("closing") else paraphrased(name, code, text[: cut[0]], example.fields)
+        if damaged is not None:
+            assert_numbers(matcher, damaged[0], code, cut[1], by_name=False)
+        return
+    damaged = paraphrased(name, code, text, example.fields)
+    if damaged is not None:
+        assert_numbers(matcher, wrap(damaged[0], width, style), code, damaged[1])
+
+
 DECOYS = [
     # prose naming the knobs, with numbers, and no vLLM message
     "I set --max-model-len 32768 and --gpu-memory-utilization 0.9 but the max seq len is still 131072?",
@@ -312,6 +469,26 @@ DECOYS = [
     "the completion). Please reduce the length of the messages or completion.', params: SamplingParams(n=1)",
     # the source line of a traceback naming a knob
     "    scheduler_config = SchedulerConfig(self.max_num_batched_tokens,",
+    # a message's head paraphrased without its numbers, or asked about
+    "Why does vLLM say this model's maximum context length is exceeded when my prompt is short?",
+    "Is the model's max seq len larger than the maximum number of tokens that can be stored in KV cache?",
+    "This model's maximum context length is what exactly? The card says 8192 tokens.",
+    "THE MODEL'S MAX SEQ LEN IS LARGER THAN WHAT FITS IN KV CACHE, WHY?",
+    "to serve at least one request with the model's max seq len, how much kv cache is needed?",
+    "what does max_num_batched_tokens is smaller than max_model_len mean for chunked prefill?",
+    "possibly too large swap space? i read that 24.00 GiB out of the 55.04 GiB total CPU memory is too much",
+    # knobs named in lower-cased prose, with numbers
+    "should i raise gpu_memory_utilization or decrease max_model_len when initializing the engine?",
+    "my max_num_batched_tokens is 8192 and max_num_seqs is 256, max_model_len 32768: too large?",
+    "free memory on device is less than desired gpu memory utilization at startup: what does that mean?",
+    "モデルの max seq len が KV cache に入らないのはなぜですか？gpu_memory_utilization は 0.9 です。",
+    # a prompt in vLLM's request log quoting a paraphrased message
+    "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-2: prompt: 'ERROR: this model's maximum context "
+    "length is 4096 tokens; however you requested 5000 tokens (4000 in the prompt / 1000 for the output) - shorten "
+    "it', params: SamplingParams(n=1)",
+    "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-3: prompt: 'the model said THE MODEL'S MAX SEQ LEN "
+    "(32768) IS LARGER THAN THE MAXIMUM NUMBER OF TOKENS THAT CAN BE STORED IN KV CACHE (18416)', params: "
+    "SamplingParams(n=1)",
 ]
 
 

@@ -40,6 +40,7 @@ MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") 
 SOFT_GLUE = 24  # characters (normalised) other words between two numbers may take
 SHORT_GLUE = 16  # only glue this short (letters and digits) may be worded otherwise: "in the messages,"
 PROBE_WORD = 5  # shortest head word the anchor pass may look for in damaged text
+NUMBER, TEXT = 2, 1  # the kind of value a step of the chain reads
 
 QUOTES = ("'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a"
           "\u300c\u300d\u300e\u300f\u301d\u301e\u301f\uff02\uff07")
@@ -47,7 +48,8 @@ PUNCTUATION = ".,;:!?"
 BRACKETS = "()[]"
 # After NFKC: CJK punctuation that folding leaves alone.
 _CJK = str.maketrans({"\u3002": ".", "\u3001": ",", "\uff61": ".", "\uff64": ",", "\u3010": "[", "\u3011": "]",
-                      "\u3014": "(", "\u3015": ")", "\u2026": "..."})
+                      "\u3014": "(", "\u3015": ")", "\u2026": "...",
+                      "\u2013": "-", "\u2014": "-"})  # en and em dash: a hyphen
 _DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
 # Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
 # line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
@@ -85,9 +87,11 @@ class LooseMatch:
     score: int  # matched characters of the message's own words (not values, named or not, nor other words): the better reading wins
     complete: bool  # the chain reached the pattern's end (False: cut short or tail replaced)
     values_read: bool  # it reached past the last value: only the tail may be missing
+    numbers_read: bool  # past the last number: only words may be missing (a closing sentence naming a lever)
     head_end: int  # where its head ends in the text
     before_gap: bool  # it stopped where a gap begins: what follows on the line may be the clauses it skips
     value_spans: list[tuple[int, int]]  # where its named values are in the text
+    recased: bool  # its first letter is not in the case vLLM prints it ("this model's ...", "MAX_NUM_...")
 
 
 def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
@@ -102,8 +106,9 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
     fields = {name: groups[name] for name in pattern.fields if groups.get(name) is not None}
     fields = {name: value for name, value in fields.items() if not value.startswith("{")}  # a source line's placeholder
     return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
-                      groups.get("_end") is not None, groups.get("_v") is not None, match.end("_h"),
-                      groups.get("_g") is not None, [match.span(name) for name in fields])
+                      groups.get("_end") is not None, groups.get("_v") is not None,
+                      groups.get("_n") is not None or groups.get("_v") is not None, match.end("_h"),
+                      groups.get("_g") is not None, [match.span(name) for name in fields], groups.get("_c") is not None)
 
 
 def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
@@ -146,19 +151,21 @@ def derive_loose(source: str) -> LoosePattern | None:
     if not tree.state.groupdict:  # no value to read: the whole text is what tells the message
         head_end = len(segments) - 1
     head = "".join(_emit_segment(segment, emitter) for segment in segments[: head_end + 1])
-    if head[:1].isalpha():  # "Too large ..." is not the end of "Possibly too large ...": the first letter keeps its case
-        head = f"(?-i:{head[0]}){head[1:]}"
+    if head[:1].isalpha():  # as printed, or in another case (_c): the matcher then asks what stands before it
+        head = f"(?:(?-i:{head[0]})|(?P<_c>{head[0]})){head[1:]}"
     chain = "(?P<_end>)"
     steps = _steps(segments[head_end + 1 :], emitter)
     last_value = max((i for i, (_, holds, _) in enumerate(steps) if holds), default=-1)
+    last_number = max((i for i, (_, holds, _) in enumerate(steps) if holds == NUMBER), default=-1)
     head += "(?P<_h>)"  # where the head ends: a cut before it is no finding
     if last_value < 0:
         head += "(?P<_v>)"  # no value after the head: it is all there is to read
     for index in range(len(steps) - 1, -1, -1):
         step, _, cut = steps[index]
         step = step.replace("{soft}", f"_s{index}")
+        marks = ("(?P<_n>)" if index == last_number else "") + ("(?P<_v>)" if index == last_value else "")
         # a cut inside the step's alternation reads that far and ends the chain (not complete)
-        chain = f"(?:{step}{'(?P<_v>)' if index == last_value else ''}{chain}{'|' + cut if cut else ''})?"
+        chain = f"(?:{step}{marks}{chain}{'|' + cut if cut else ''})?"
     head_text = " ".join(content for literal, content in segments[: head_end + 1] if literal)
     pieces = [p for literal, content in segments[: head_end + 1] if literal for p in re.findall(r"[A-Za-z0-9]+", _plain(content))]
     probe = max(pieces, key=len).lower() if pieces else ""
@@ -166,33 +173,34 @@ def derive_loose(source: str) -> LoosePattern | None:
     return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
 
 
-def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, bool, str]]:
-    """The optional steps after the head: (regex, holds a value, its form cut inside an
-    alternation or ""). Literal glue goes with the value after it, so
+def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, int, str]]:
+    """The optional steps after the head: (regex, the value it holds: NUMBER, TEXT or 0, its
+    form cut inside an alternation or ""). Literal glue goes with the value after it, so
     other words in its place (the soft glue) are taken only when that value follows. A gap
     (".*?", "[^.]*", a skipped clause) goes with the step after it: alone, an optional gap
     would take nothing (or everything) and end the chain there, before the values."""
-    steps: list[tuple[str, bool, str]] = []
+    steps: list[tuple[str, int, str]] = []
     index, gap = 0, ""
     while index < len(segments):
         piece = _emit_segment(segments[index], emitter)
         following = segments[index + 1] if index + 1 < len(segments) else None
-        if segments[index][0] and following and not following[0] and emitter.holds_group(following):
+        if segments[index][0] and following and not following[0] and emitter.holds_value(following):
             after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
             fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
             cut = emitter.cut_branch(following[1])
-            steps.append((gap + glue + _emit_segment(following, emitter), True, _cut_forms(cut and gap + piece + cut, gap)))
+            steps.append((gap + glue + _emit_segment(following, emitter), emitter.holds_value(following),
+                          _cut_forms(cut and gap + piece + cut, gap)))
             index, gap = index + 2, ""
             continue
-        holds = not segments[index][0] and emitter.holds_group(segments[index])
+        holds = 0 if segments[index][0] else emitter.holds_value(segments[index])
         if not holds and (gap or _holds_any(segments[index])):
             gap += piece  # up to the next value: "(?:GPU|CPU) " alone after a gap is found inside any word
         elif piece:
             steps.append((piece, holds, "" if segments[index][0] else emitter.cut_branch(segments[index][1])))
         index += 1
     if gap:
-        steps.append((gap, False, _cut_forms("", gap)))
+        steps.append((gap, 0, _cut_forms("", gap)))
     return steps
 
 
@@ -263,8 +271,11 @@ class _Emitter:
         finally:
             self.inside -= 1
 
-    def holds_group(self, segment: tuple) -> bool:
-        return any(self.names.get(index) for index in _group_indexes(segment[1]))
+    def holds_value(self, segment: tuple) -> int:
+        """NUMBER when the segment holds a named group that reads digits, TEXT when only other named groups, else 0."""
+        if not any(self.names.get(index) for index in _group_indexes(segment[1])):
+            return 0
+        return NUMBER if _reads_number(segment[1], self.names) else TEXT
 
     def cut_branch(self, items: Any) -> str:
         """An alternation (as the whole of a segment) cut inside a branch: each branch read as
@@ -292,17 +303,22 @@ class _Emitter:
         for index, (op, value) in enumerate(items):
             if op is sre_constants.LITERAL:
                 inside_number = 0 < index < len(items) - 1 and _digit_like(*items[index - 1]) and _digit_like(*items[index + 1])
-                out.append(self.literal(chr(value), strict=inside_number))
+                number_next = index < len(items) - 1 and _digit_like(*items[index + 1])
+                out.append(self.literal(chr(value), strict=inside_number, number_next=number_next))
             else:
                 out.append(self.item(op, value))
         return out
 
-    def literal(self, char: str, strict: bool = False, top: bool = False) -> str:
+    def literal(self, char: str, strict: bool = False, top: bool = False, number_next: bool = False) -> str:
         """strict: punctuation inside a number ("16.00", "131,072") stays as it is. top: a
-        bracket of the message's own text (not of a group's syntax) may have been dropped."""
+        bracket of the message's own text (not of a group's syntax) may have been dropped.
+        Sentence punctuation may be a dash set between the clauses ("tokens - however"), but
+        not before a digit (",\\d{3}" of a number: "131-072" is not one)."""
         if char.isspace() or char in QUOTES:
             return ""
-        if not strict and (char in PUNCTUATION or top and char in BRACKETS):
+        if not strict and char in PUNCTUATION:
+            return re.escape(char) + "?" if number_next else f"(?:{re.escape(char)}|--?)?"
+        if not strict and top and char in BRACKETS:
             return re.escape(char) + "?"
         return re.escape(char)
 
@@ -421,6 +437,20 @@ def _digit_like(op: Any, value: Any) -> bool:
     return False
 
 
+def _reads_number(items: Any, names: dict[int, str], inside: bool = False) -> bool:
+    """A named group among the items (at any depth) reads digits."""
+    c = sre_constants
+    for op, value in items:
+        if inside and _digit_like(op, value):
+            return True
+        if op is c.SUBPATTERN and _reads_number(value[3], names, inside or names.get(value[0]) is not None):
+            return True
+        if op in _REPEATS and _reads_number(value[2], names, inside) or op is c.BRANCH and any(
+                _reads_number(branch, names, inside) for branch in value[1]):
+            return True
+    return False
+
+
 def _class_char(char: str) -> str:
     return "\\" + char if char in "\\]^-[" else char
 
@@ -483,5 +513,6 @@ def _literal_text(op: Any, value: Any) -> str | None:
 def _emit_segment(segment: tuple[bool, Any], emitter: _Emitter) -> str:
     literal, content = segment
     if literal:
-        return "".join(emitter.literal(char, top=True) for char in content)
+        return "".join(emitter.literal(char, top=True, number_next=following.isdigit())
+                       for char, following in zip(content, [*content[1:], ""], strict=True))
     return emitter.emit(content)

@@ -93,6 +93,8 @@ NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findi
 
 
 SENTENCE_STOP = re.compile(r"[.!?](?=\s|$)")
+# a sentence's end (in quotes too), or a clause's where a paraphrase glues the next one on
+SENTENCE_CLOSE = re.compile("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?:--?|[\u2013\u2014])\\s")
 CLOSE_SENTENCE = 160  # a match this close to its sentence's end is shown to it (not a prompt: vLLM's words)
 
 
@@ -569,9 +571,11 @@ class Matcher:
         # the first of the best (file order); of readings as good, one that keeps the numbers
         best = max(readings, key=lambda reading: (reading[0].score, len(reading[0].fields)))
         # other rules whose message is there whole too (a metrics line is two findings), or cut
-        # short but with values where the best reads none of its own: a second message
+        # short but with values where the best reads none of its own: a second message; not one
+        # whose head starts inside the best one's ("TOO LARGE SWAP SPACE" in "POSSIBLY TOO LARGE ...")
         others = [r for r in readings if r[1].rule.code != best[1].rule.code
-                  and (r[0].complete or _values_apart(r[0], best[0]))]
+                  and (r[0].complete or _values_apart(r[0], best[0]))
+                  and not best[0].start < r[0].start < best[0].head_end]
         events: list[Event] = []
         for found, target in [best, *{r[1].rule.code: r for r in others}.values()]:
             events += self._loose_event(source, lines, window, found, target, cursor, shared)
@@ -596,7 +600,7 @@ class Matcher:
                 continue
             if found is not None and not found.complete and not self._stops_as_pasted(found, window):
                 continue
-            if found is None:
+            if found is None or found.recased and window.follows_word(found.start):
                 continue
             # a head on a later line is that line's own turn, and a message already read (or
             # one another finding starts inside) is not read again: neither may outscore this line's
@@ -653,14 +657,17 @@ class Matcher:
     def _stops_as_pasted(found: LooseMatch, window: _LooseWindow) -> bool:
         """A loose match that stops short is a paste of its message only when the text stops
         there too (a cut), or when only its closing words were replaced and no further number
-        follows. Otherwise the text goes on as another message with the same head."""
+        follows in their sentence (past its last number: when its sentence ends there).
+        Otherwise the text goes on as another message with the same head."""
         rest, ends_sentence = window.rest_of_line(found.end)
         rest = rest.strip(".,;:!?")
         if found.values_read:
-            following = window.text()[found.end : found.end + LOOSE_MORE_VALUES]
+            following = window.rest_of_sentence(found.end)[:LOOSE_MORE_VALUES]
             return not any(c.isdigit() for c in following)
         if found.before_gap and rest:  # the line ends inside the clauses its pattern skips (cut there)
             return sum(c.isascii() for c in rest) <= GAP_CUT
+        if found.numbers_read:  # a closing sentence (naming a lever) replaced: the text's sentence ends here too
+            return not any(c.isalnum() for c in window.rest_of_sentence(found.end))
         return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
 
     def _mark_hosted(self, events: list[Event], lines: _Lines, selection: _Selection) -> None:
@@ -914,6 +921,24 @@ class _LooseWindow:
             position += len(form)
         return "", False
 
+    def rest_of_sentence(self, end: int) -> str:
+        """The loose form of what follows `end` up to the end of its sentence, over the lines
+        below: a number there is more of the message, one after it (a JSON error's code, a
+        "(parameter=..., value=N)" note) is not."""
+        index = self.lines_of(end, end)[1] - self.first  # at a line's end: the next line
+        skip = end - sum(map(len, self.forms[:index]))
+        text = self.texts[index]
+        low, high = 0, len(text)  # the first offset whose rest is no longer than what follows the match
+        while low < high:
+            middle = (low + high) // 2
+            if len(normalise(STRING_PREFIX.sub("", text[middle:]))) <= len(self.forms[index]) - skip:
+                high = middle
+            else:
+                low = middle + 1
+        rest = " ".join([text[low:], *self.texts[index + 1 :]])
+        stop = SENTENCE_CLOSE.search(rest)
+        return normalise(rest[: stop.start() if stop else len(rest)])
+
     def lines_of(self, start: int, end: int) -> tuple[int, int]:
         """The line offsets (relative to the candidate) of a span of text()."""
         first = last = None
@@ -932,17 +957,29 @@ class _LooseWindow:
     def original(self, first: int, last: int, start: int) -> str:
         """The lines first..last as read, from where the match starts on the first."""
         texts = self.texts[first - self.first : last - self.first + 1]
-        index = first - self.first
+        return " ".join([texts[0][self._raw_start(first - self.first, start) :], *texts[1:]])
+
+    def follows_word(self, start: int) -> bool:
+        """A lower-case word stands right before `start` (on its line or the one before): a
+        head found there with its first letter in another case is inside another sentence
+        ("Possibly too large swap space" is not "Too large swap space ..."), while after a log
+        level, a quote or a bracket ("ERROR: this model's ...") it starts the message."""
+        index = self.lines_of(start, start)[0] - self.first
+        before = " ".join([*self.texts[max(index - 1, 0) : index], self.texts[index][: self._raw_start(index, start)]]).rstrip()
+        return before[-1:].isascii() and before[-1:].islower()
+
+    def _raw_start(self, index: int, start: int) -> int:
+        """Where on line `index` (of texts) the loose-form offset `start` is in the text as read."""
         skip = start - sum(map(len, self.forms[:index]))  # loose-form characters before the match on its line
         wanted = len(self.forms[index]) - skip
-        low, high = 0, len(texts[0])  # the last offset whose rest still has the whole match in loose form
+        low, high = 0, len(self.texts[index])  # the last offset whose rest still has the whole match in loose form
         while low < high:
             middle = (low + high + 1) // 2
-            if len(normalise(STRING_PREFIX.sub("", texts[0][middle:]))) >= wanted:
+            if len(normalise(STRING_PREFIX.sub("", self.texts[index][middle:]))) >= wanted:
                 low = middle
             else:
                 high = middle - 1
-        return " ".join([texts[0][low:], *texts[1:]])
+        return low
 
 
 def _joins(texts: list[str]) -> list[str]:
