@@ -102,7 +102,8 @@ def _without_paste_tail(text: str) -> str:
     """The line without what a paste adds after a cut (a closing quote, CJK prose, blanks):
     where a message cut there ends."""
     end = len(text)
-    while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES):
+    while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
+                   or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1
     return text[:end]
 
@@ -548,7 +549,8 @@ class Matcher:
         if beside:
             text = _without_paste_tail(lines.parts(0).text)
             last = text[-1:]
-            rest = [t for t in rest if self._cut_short(t, text)] if last and (last.isalnum() or last in OPEN_END) else []
+            cut = last and (last.isalnum() or last in OPEN_END)
+            rest = [t for t in rest if self._cut_short(t, text) or self._loose_cut_short(t, text)] if cut else []
         if not rest:
             return []
         cursor.mark(events)
@@ -676,6 +678,21 @@ class Matcher:
             hosted = any(marker in context for marker in self.hosted_markers)
             for event in events:
                 event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
+
+    @staticmethod
+    def _loose_cut_short(target: _Target, text: str) -> bool:
+        """The pattern's loose form reads the text up to its end, short of the pattern's: its
+        message is cut there though re-punctuated (full-width commas) for the exact one."""
+        if target.loose is False:
+            target.loose = derive_loose(target.pattern.compiled.pattern)
+        if target.loose is None:
+            return False
+        form = normalise(text)
+        try:
+            found = loose_match(target.loose, form, MATCH_TIMEOUT)  # type: ignore[arg-type]
+        except TimeoutError:
+            return False
+        return found is not None and not found.complete and found.end == len(form)
 
     def _cut_short(self, target: _Target, text: str) -> bool:
         """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
