@@ -550,7 +550,9 @@ class Matcher:
             text = _without_paste_tail(lines.parts(0).text)
             last = text[-1:]
             cut = last and (last.isalnum() or last in OPEN_END)
-            rest = [t for t in rest if self._cut_short(t, text) or self._loose_cut_short(t, text)] if cut else []
+            # re-punctuated (full-width, a note inside) only where the line holds non-ASCII text: a server's log pays nothing
+            loose = not text.isascii()
+            rest = [t for t in rest if self._cut_short(t, text) or loose and self._loose_cut_short(t, text)] if cut else []
         if not rest:
             return []
         cursor.mark(events)
