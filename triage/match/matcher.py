@@ -98,14 +98,14 @@ SENTENCE_CLOSE = re.compile("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?
 CLOSE_SENTENCE = 160  # a match this close to its sentence's end is shown to it (not a prompt: vLLM's words)
 
 
-def _without_paste_tail(text: str) -> str:
-    """The line without what a paste adds after a cut (a closing quote, CJK prose, blanks):
-    where a message cut there ends."""
+def _cut_end(text: str) -> int:
+    """Where the line ends less what a paste adds after a cut (a closing quote, CJK prose,
+    blanks): where a message cut there ends; 0 when that line does not end open (OPEN_END)."""
     end = len(text)
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1
-    return text[:end]
+    return end if end and (text[end - 1].isalnum() or text[end - 1] in OPEN_END) else 0
 
 
 def _values_apart(reading: LooseMatch, best: LooseMatch) -> bool:
@@ -543,16 +543,17 @@ class Matcher:
         (a config key) may sit inside a damaged message; a finding read exactly leaves only the
         rules whose message the line's end cuts short (a metrics line is two findings, and a
         cut inside the second must not lose it to the first)."""
-        matched = {event.rule.code for event in events}
         beside = frozenset(event.rule.code for event in events if event.rule.kind == "finding")
-        rest = [t for t in targets if t.rule.code not in matched]
-        if beside:
-            text = _without_paste_tail(lines.parts(0).text)
-            last = text[-1:]
-            cut = last and (last.isalnum() or last in OPEN_END)
-            # re-punctuated (full-width, a note inside) only where the line holds non-ASCII text: a server's log pays nothing
-            loose = not text.isascii()
-            rest = [t for t in rest if self._cut_short(t, text) or loose and self._loose_cut_short(t, text)] if cut else []
+        text = lines.parts(0).text
+        end = _cut_end(text) if beside else len(text)
+        if beside and not end:  # vLLM's own lines end closed: a finding read, nothing cut beside it (the usual case)
+            return []
+        matched = {event.rule.code for event in events}
+        cut = text[:end]
+        # re-punctuated (full-width, a note inside) only where the line holds non-ASCII text: a server's log pays nothing
+        loose = not cut.isascii()
+        rest = [t for t in targets if t.rule.code not in matched
+                and (not beside or self._cut_short(t, cut) or loose and self._loose_cut_short(t, cut))]
         if not rest:
             return []
         cursor.mark(events)
