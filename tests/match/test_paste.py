@@ -463,6 +463,8 @@ DECOYS = [
     "The maximum context length of this model is 8192 tokens according to the model card.",
     "KV cache is needed for 131072 tokens, which is larger than what I expected (9.67 GiB).",
     "我把 max_model_len 设成了 32768，gpu_memory_utilization 是 0.9，这样可以吗？",
+    # a message's head and numbers in a question: not a message cut inside the clauses it skips
+    "My server shows Running: 5 reqs, Waiting: 3 reqs, is that bad?",
     # a prompt quoting a vLLM message, in vLLM's request log (wrapped too)
     "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-1: prompt: 'Why does vLLM say This model's "
     "maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in "

@@ -669,8 +669,8 @@ class Matcher:
         if found.values_read:
             following = window.rest_of_sentence(found.end)[:LOOSE_MORE_VALUES]
             return not any(c.isdigit() for c in following)
-        if found.before_gap and rest:  # the line ends inside the clauses its pattern skips (cut there)
-            return sum(c.isascii() for c in rest) <= GAP_CUT
+        if found.before_gap and rest:  # the line ends inside the clauses its pattern skips, cut after a value of theirs
+            return sum(c.isascii() for c in rest) <= GAP_CUT and any(c.isdigit() for c in rest)
         if found.numbers_read:  # a closing sentence (naming a lever) replaced: the text's sentence ends here too
             return not any(c.isalnum() for c in window.rest_of_sentence(found.end))
         return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
