@@ -157,8 +157,9 @@ def quoted(text: str) -> str:
 
 def rivals(code: str, text: str) -> set[str]:
     """The rules whose message the text (cut short) may just as well be the start of: their
-    loose form reads it as far as this rule's does (the same head and numbers so far)."""
-    form = normalise(text)
+    loose form reads it as far as this rule's does (the same head and numbers so far). The
+    text as the matcher reads it: HTML entities undone."""
+    form = normalise(html.unescape(text))
     reach = {
         rule.code: max((m.end for p in rule.patterns for lp in [derived(p.compiled.pattern)] if lp
                         for m in [loose_match(lp, form, 1.0)] if m), default=-1)
@@ -314,6 +315,19 @@ def test_wrapped_and_cut(matcher, case, width, style, data):
         return
     end, numbers = cut
     assert_numbers(matcher, wrap(text[:end], width, style), code, numbers, by_name=False)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.sampled_from(SOUND), st.sampled_from(sorted(DAMAGES)), st.data())
+def test_a_cut_message_and_a_line_of_cjk_prose_below(matcher, case, damage, data):
+    """The paste ends inside the message and the writer goes on in Chinese on the next line,
+    with numbers of their own: the numbers before the cut are read, none of the prose's."""
+    code, _, example = case
+    text = example.text.strip()
+    cut = _drawn_cut(code, text, example.fields, data) if _loose_patterns(code) else None
+    if cut is not None:
+        pasted = DAMAGES[damage](text[: cut[0]]) + "\n我用的是 2 张 A100，显存 80 GB，该怎么办？"
+        assert_numbers(matcher, pasted, code, cut[1], by_name=False)
 
 
 def _drawn_cut(code, text, fields, data):

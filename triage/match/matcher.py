@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -96,6 +97,13 @@ SENTENCE_STOP = re.compile(r"[.!?](?=\s|$)")
 # a sentence's end (in quotes too), or a clause's where a paraphrase glues the next one on
 SENTENCE_CLOSE = re.compile("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?:--?|[\u2013\u2014])\\s")
 CLOSE_SENTENCE = 160  # a match this close to its sentence's end is shown to it (not a prompt: vLLM's words)
+
+
+def _may_continue(text: str) -> bool:
+    """The line may be the rest of a wrapped message: one that starts with a CJK word is the
+    writer's own prose (a full-width bracket or comma may still be the message's)."""
+    first = text.lstrip()[:1]
+    return first.isascii() or not first.isalpha()
 
 
 def _cut_end(text: str) -> int:
@@ -905,6 +913,8 @@ class _LooseWindow:
         # from its own first line into the one before
         if parts.level is not None and not front and offset > 0 or front and self.lines.parts(offset + 1).level:
             return None
+        if offset > 0 and not front and not _may_continue(text):  # the writer's own prose below a cut message
+            return None
         form = normalise(STRING_PREFIX.sub("", text))
         if front:
             self.texts.insert(0, text)
@@ -955,7 +965,8 @@ class _LooseWindow:
                 high = middle
             else:
                 low = middle + 1
-        rest = " ".join([text[low:], *self.texts[index + 1 :]])
+        below = list(itertools.takewhile(_may_continue, self.texts[index + 1 :]))
+        rest = " ".join([text[low:], *below])
         stop = SENTENCE_CLOSE.search(rest)
         return normalise(rest[: stop.start() if stop else len(rest)])
 
