@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from triage.cli import main
 from triage.input.reader import iter_chunks, sniff_binary
-from triage.match.matcher import CONTEXT_LINES
 from triage.pipeline import ScanOptions, Text, scan
+from triage.rules.ruletest import read_markers
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = sorted(p for p in (ROOT / "fixtures").rglob("*.log") if p.stat().st_size < 200_000)
@@ -82,9 +82,8 @@ def warnings_of(data: bytes) -> list[str]:
 @given(path=st.sampled_from(LOGS), data=st.data())
 def test_junk_at_random_points_hides_no_finding_whose_lines_are_intact(matcher, path, data):
     """Every message the log says with its junk-touched lines left empty is read from the log
-    with its junk too, on the same line with the same numbers, when the lines it is read with
-    (a wrapped message's: CONTEXT_LINES on each side) hold no junk either: a line damaged inside
-    may be read as a message wrapped onto the next (issue 15's report)."""
+    with its junk too, on the same lines with the same numbers, when its own lines hold no junk:
+    a junk line next to it neither takes it as the rest of a wrapped message nor joins it."""
     clean = path.read_bytes()
     pieces = data.draw(st.lists(junk, min_size=1, max_size=6))
     offsets = data.draw(st.lists(st.integers(0, len(clean)), min_size=len(pieces), max_size=len(pieces)))
@@ -92,7 +91,7 @@ def test_junk_at_random_points_hides_no_finding_whose_lines_are_intact(matcher, 
     assume(sniff_binary(io.BufferedReader(io.BytesIO(text))) is None)  # junk that starts a known format is it
     junk_lines = touched(text, spans)
     reference = {event for event in events_of(matcher, blanked(text, junk_lines))
-                 if not any(event[1] - CONTEXT_LINES <= n <= event[2] + CONTEXT_LINES for n in junk_lines)}
+                 if not any(event[1] <= n <= event[2] for n in junk_lines)}
     with_junk = events_of(matcher, text)
     assert reference <= with_junk, sorted(reference - with_junk)
     warnings = [JUNK_WARNING.match(e) for e in warnings_of(text) if "not text" in e]
@@ -193,3 +192,77 @@ def test_jobs_count_the_same_junk_as_one_process(tmp_path):
     two = [e for e in scan([str(path)], ScanOptions(jobs=2)).errors if "not text" in e]
     assert len(one) == 1 and one == two
     assert JUNK_WARNING.match(one[0])["lines"].replace(",", "") == str(not_text_oracle(path.read_bytes())[0])
+
+
+def _examples_log() -> bytes:
+    """Every rule example, one after another: each line holds its own message (or a fact)."""
+    from triage.rules.ruleset import load_rules
+
+    return "\n".join(example.text.strip() for rule in load_rules().rules for example in rule.examples).encode()
+
+
+# What a process writes inside a line: control characters (not a line's end, a CR's redraw or
+# a tab; C1 ones in UTF-8) and bytes that are not UTF-8 (a lone continuation byte never is).
+CONTROL = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\n\r\t")
+controls = st.lists(st.one_of(st.sampled_from(CONTROL).map(lambda b: bytes([b])),
+                              st.integers(0x80, 0x9F).map(lambda c: chr(c).encode())), min_size=1, max_size=4).map(b"".join)
+inline_junk = st.one_of(
+    controls,
+    st.sampled_from(PARTIAL_UTF8),
+    st.binary(min_size=1, max_size=6).map(lambda raw: bytes(0x80 | b & 0x3F for b in raw)),
+)
+# the fixtures as their rule tests read them: the marker lines (annotations) blank
+INLINE_LOGS = {**{str(p.relative_to(ROOT)): read_markers(p.read_bytes(), p.name)[0] for p in LOGS},
+               "rule examples": _examples_log()}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(INLINE_LOGS)), data=st.data())
+def test_a_line_damaged_inside_takes_no_intact_line_with_it(matcher, name, data):
+    """Junk inside a few lines (their newlines intact, so every line keeps its number): each
+    message read from intact lines alone is still read, on the same lines with the same numbers;
+    a damaged line's own message is read or not, but never reaches into such a message's lines
+    (a damaged line read as a message wrapped onto the next took the next line's message)."""
+    clean = INLINE_LOGS[name]
+    lines = clean.split(b"\n")
+    inside = [n for n, line in enumerate(lines) if len(line) > 1]
+    chosen = data.draw(st.lists(st.sampled_from(inside), min_size=1, max_size=4, unique=True))
+    for n in chosen:
+        at = data.draw(st.integers(1, len(lines[n]) - 1))
+        lines[n] = lines[n][:at] + data.draw(inline_junk) + lines[n][at:]
+    damaged_lines = {n + 1 for n in chosen}
+    text = b"\n".join(lines)
+    assume(sniff_binary(io.BufferedReader(io.BytesIO(text))) is None)
+    before = events_of(matcher, clean)
+    intact = {e for e in before if not any(e[1] <= n <= e[2] for n in damaged_lines)}
+    read = events_of(matcher, text)
+    assert intact <= read, f"lost or changed: {sorted(intact - read)}"
+    held = {n for e in intact for n in range(e[1], e[2] + 1)}
+    for code, first, last, _ in read - before:  # (a message over a damaged line read as before is its own)
+        stolen = held & set(range(first, last + 1))
+        assert not stolen, f"{code} at {first}-{last} took the lines {sorted(stolen)} of intact messages"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(INLINE_LOGS)), data=st.data())
+def test_control_bytes_that_break_no_anchor_change_nothing(matcher, name, data):
+    """Control bytes inside a line are no text: dropped when it is decoded, as NUL is, so its
+    own message is read as before, with its numbers ("took\\x01 13.87 GiB"), and so is every
+    other. (Where the bytes split the literal a line is found by, it is not looked at: silent.)"""
+    clean = INLINE_LOGS[name]
+    lines = clean.split(b"\n")
+    number = data.draw(st.sampled_from([n for n, line in enumerate(lines) if len(line) > 1]))
+    at = data.draw(st.integers(1, len(lines[number]) - 1))
+    junk_bytes = data.draw(controls)
+    line = lines[number][:at] + junk_bytes + lines[number][at:]
+    assume({a for a in matcher.anchors if a in line} == {a for a in matcher.anchors if a in lines[number]})
+    lines[number] = line
+    assert events_of(matcher, b"\n".join(lines)) == events_of(matcher, clean)
+
+
+def test_a_startup_line_with_a_control_byte_inside_keeps_its_figure(matcher):
+    log = read_markers((ROOT / "fixtures" / "startup-kv-too-small-v1.log").read_bytes(), "startup")[0]
+    damaged_log = log.replace(b"Model loading took ", b"Model loading took\x01 ")
+    assert damaged_log != log
+    weights = [e.fields for e in matcher.scan_text("startup.log", damaged_log.decode("utf-8")) if e.rule.code == "VT909"]
+    assert weights and weights[0]["weights_gib"] == pytest.approx(14.99), weights

@@ -27,6 +27,10 @@ import re
 from dataclasses import dataclass
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
+# Control characters a process wrote into a line (binary junk): no text, dropped like NUL, so the
+# words around them are whole again ("took\x01 13.87 GiB"). Tabs, CR and ESC are handled apart.
+CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")  # C0 and C1, less tab/LF/CR/ESC
+PREFIX_SPAN = 200  # a line's prefixes (collector, process tag, logger) lie within this many characters
 
 COLLECTOR_PREFIXES = [
     # journald / syslog: "Aug 12 10:15:03 gpu-node-1 vllm[1234]: ", or journalctl -o short-iso
@@ -111,6 +115,8 @@ def decode(raw: bytes | bytearray) -> str:
     text = raw.decode("utf-8", errors="replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if not text.isprintable():  # (first: they may sit inside an ANSI sequence; a tab, CR or ESC gets here too)
+        text = CONTROL.sub("", text)
     if "\x1b" in text:
         text = ANSI.sub("", text)
     text = text.rstrip("\r\n")
@@ -121,8 +127,18 @@ def decode(raw: bytes | bytearray) -> str:
 
 def parse_line(raw: bytes | bytearray) -> LineParts:
     """Split one physical line into its prefixes and the message."""
-    parts = LineParts(decode(raw))
+    text = decode(raw)
+    parts = LineParts(text)
     _strip_prefixes(parts)
+    if parts.level is None and "\ufffd" in text[:PREFIX_SPAN]:
+        # bytes that are not UTF-8 inside a logger's prefix ("IN\xe4FO"): still a record of its
+        # own, not the rest of the message above it
+        mended = LineParts(text[:PREFIX_SPAN].replace("\ufffd", "") + text[PREFIX_SPAN:])
+        _strip_prefixes(mended)
+        if mended.level is not None:  # its message as it was, from where the prefixes end
+            prefixes = len(text) - text[:PREFIX_SPAN].count("\ufffd") - len(mended.text)
+            mended.text = text[_past_characters(text, prefixes) :]
+            parts = mended
     if parts.text.startswith("{"):
         _unwrap_json_log(parts)
     if "\\" in parts.text:
@@ -134,6 +150,16 @@ def parse_line(raw: bytes | bytearray) -> LineParts:
     if "repeated" in parts.text:
         parts.text = RAY_REPEAT.sub("", parts.text)
     return parts
+
+
+def _past_characters(text: str, count: int) -> int:
+    """Where the first `count` characters of text that are not U+FFFD end."""
+    kept = 0
+    for index, char in enumerate(text):
+        if kept == count:
+            return index
+        kept += char != "\ufffd"
+    return len(text)
 
 
 def _strip_prefixes(parts: LineParts) -> None:

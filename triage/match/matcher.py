@@ -61,8 +61,9 @@ WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
 FORWARD_WINDOWS = WRAP_WINDOWS[:2]
 # A line that starts like this is a record of its own, not the rest of a wrapped message.
 NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;]*m)*(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b")
-# Bytes that decoding a line removes or rewrites (records.py), which may join raw text into an anchor.
-REWRITTEN = re.compile(rb"[\\\x1b\r\x00{]")
+# Bytes that decoding a line removes or rewrites (records.py), which may join raw text into an
+# anchor: escapes, ANSI, CR, NUL and the other control characters (C1 ones in UTF-8), a JSON log record.
+REWRITTEN = re.compile(rb"[\\\x1b\r\x00-\x08\x0b\x0c\x0e-\x1f\x7f{]|\xc2[\x80-\x9f]")
 MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 MAX_EXCERPT = 600
 MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
@@ -731,10 +732,10 @@ class Matcher:
                 continue
             if any(lines.parts(offset).level for offset in range(before + 1, after + 1)):
                 continue  # a line with a logger's prefix starts a record of its own: no message's rest
-            for joined in _joins(texts):
+            for joined, candidate in _joins(texts, -before):
                 events = self._match_text(
                     source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor,
-                    lines.digits_at(after + 1),
+                    lines.digits_at(after + 1), candidate,
                 )
                 if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
                     events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
@@ -748,7 +749,8 @@ class Matcher:
                     below = [t for t in self._targets_on(lines, range(1, after + 1)) if t.rule.code not in matched and t not in targets]
                     if below:
                         events += self._match_text(source, lines.parts(0), joined, lines.line_no + before,
-                                                   lines.line_no + after, below, cursor, lines.digits_at(after + 1))
+                                                   lines.line_no + after, below, cursor, lines.digits_at(after + 1),
+                                                   candidate)
                         matched = {event.rule.code for event in events}
                     # a lifecycle reading alone (a wrapped exception line) does not take the lines it
                     # joined: a message there that goes on past this window is read on their turn
@@ -764,11 +766,14 @@ class Matcher:
 
     def _match_text(
         self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[_Target], cursor: _Cursor,
-        digits_follow: Callable[[], bool] | None = None,
+        digits_follow: Callable[[], bool] | None = None, candidate: tuple[int, int] | None = None,
     ) -> list[Event]:
         """At most one event per rule: its first pattern (in file order) that matches.
         digits_follow: the next line starts with a digit. A match that ends the text on a
-        digit then read a number the wrapping cut ("limit of 4" / "096"): a wider window reads it."""
+        digit then read a number the wrapping cut ("limit of 4" / "096"): a wider window reads it.
+        candidate: where the candidate line's text is in the joined lines. A match that reads
+        none of it is another line's own message, not this line's wrapped one (a line damaged
+        inside, "i\x01s greater", no longer matched alone and took the message below it)."""
         events: list[Event] = []
         matched_rule = -1  # targets come in rule order: a rule's patterns are next to each other
         disabled = self.disabled_patterns
@@ -783,7 +788,7 @@ class Matcher:
             except TimeoutError:
                 self._timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                 continue
-            if match is None:
+            if match is None or candidate is not None and not (match.start() < candidate[1] and match.end() > candidate[0]):
                 continue
             if digits_follow is not None and match.end() == len(text) and text[-1:].isdigit() and digits_follow():
                 continue
@@ -1017,10 +1022,18 @@ class _LooseWindow:
         return low
 
 
-def _joins(texts: list[str]) -> list[str]:
-    joined = [texts[0]]
-    for text in texts[1:]:
-        joined = [variant for head in joined for variant in join_variants(head, text)]
+def _joins(texts: list[str], candidate: int) -> list[tuple[str, tuple[int, int]]]:
+    """The ways the lines may join, each with where the text of texts[candidate] is in it (its
+    blanks at a seam may be gone: a joined line's text is the variant's end, less its leading
+    blanks at most; the one before it may lose its trailing blanks)."""
+    joined = [(texts[0], (0, len(texts[0])))]
+    for index, text in enumerate(texts[1:], 1):
+        grown = []
+        for head, (start, end) in joined:
+            for variant in join_variants(head, text):
+                seam = len(variant) - len(text.lstrip())
+                grown.append((variant, (seam, len(variant)) if index == candidate else (start, min(end, seam))))
+        joined = grown
     return joined
 
 
