@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from triage.input.reader import Chunk
-from triage.input.records import LineParts, join_variants, parse_line
+from triage.input.records import LineParts, decode, join_variants, parse_line
 from triage.match.anchors import (
     anchors_for,
     keyword_anchor,
@@ -92,6 +92,27 @@ SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
 # whether it cuts a message short beside one read whole on it.
 OPEN_END = ",:;([-_"
 NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findings are another message beside a reading
+# A fact's message wrapped over lines is read whole: its lines joined from the one with the
+# logger's prefix to the last line before the next record (vLLM's engine config line and its
+# non-default args are kilobytes: 20 and more lines at 80 columns).
+RECORD_ROLES = (None, "ready")  # what the run summary keeps as facts; lifecycle lines are read as they are
+RECORD_BACK = 4  # a fact's anchor lies this many lines below its record's first line, at most
+RECORD_LINES = 64
+RECORD_TEXT = MAX_JOIN_LINE
+MIN_WRAP = 40  # a shorter line ends its record: a hard or hand wrap fills its lines
+MAX_WRAP = 320  # a wider line was wrapped by no terminal or page: it is its record whole
+WRAP_SLACK = 24  # a wrapped record's inner lines are this much narrower than its first, at most
+# A process tag or logger prefix the wrap cut ("(APIServer p" / "id=1) INFO ...", "INFO 06-02 21:05:09
+# [sta" / "rtup.py:38] vLLM server version ..."): its record starts on this line all the same.
+_LEVEL_WORDS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_CUT_LEVEL = "|".join(sorted({word[:n] for word in _LEVEL_WORDS for n in range(2, len(word))}, key=len, reverse=True))
+CUT_LOGGER_PREFIX = re.compile(
+    r"(?=.)(?:\([A-Za-z][\w.-]*(?: [a-z]*(?:=[\w.]*,?)?)*$|\([^()]{0,120}\) ?)?"
+    rf"(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?: [\d-]*(?: [\d:.]*(?: \[?[^\]\s]*)?)?)?|{_CUT_LEVEL})?$"
+)
+# A Python traceback or exception line starts a record of its own, prefix or none.
+EXCEPTION_HEAD = re.compile(r"Traceback \(most recent call last\):|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+MIN_SWEPT_ANCHOR = 6  # characters a fact's anchor keeps in the loose form, at least, to be looked for in a paste
 
 
 SENTENCE_STOP = re.compile(r"[.!?](?=\s|$)")
@@ -192,6 +213,7 @@ class _Selection:
     alone: list[_Target]  # all of its anchors are there: it may match the line on its own
     hosted: bool  # some are request rules: a hosted API may have sent their message
     loose: list[_Target] = field(default_factory=list)  # the second try on damaged text (findings; a paste's sweep adds more)
+    records: list[_Target] = field(default_factory=list)  # facts, read over their whole record when it is wrapped
 
 
 class Matcher:
@@ -210,6 +232,11 @@ class Matcher:
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
         self._by_pattern = {(t.rule.code, t.pattern.id): t for targets in self.targets.values() for t in targets}
+        self._facts_by_code: dict[str, list[_Target]] = {}
+        for target in sorted({id(t): t for ts in self.targets.values() for t in ts}.values(),
+                             key=lambda t: (t.rule_index, t.pattern_index)):
+            if target.rule.kind == "fact" and target.rule.role in RECORD_ROLES:
+                self._facts_by_code.setdefault(target.rule.code, []).append(target)
         self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], _Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
@@ -272,13 +299,16 @@ class Matcher:
         history = _History()  # the last lines read, for a candidate at the start of a chunk
         pending: list[_Pending] = []  # candidates at the end of the last chunk
         line_no: int | None = None
+        read = 0  # bytes so far: a pipe hands a paste over in pieces of a few kilobytes
         for chunk in chunks:
             if line_no is None:
-                line_no = chunk.first_line
+                line_no = first = chunk.first_line
             if pending:
                 yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
             pending = []
-            lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor)
+            read += chunk.end
+            paste = first == 1 and read <= PASTE_SIZE and not self.live
+            lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor, paste)
             chunk.lines = lines  # the reader need not count them again
             line_no += lines
             history.add(chunk.data, chunk.end)
@@ -292,7 +322,7 @@ class Matcher:
 
     def _scan_chunk(
         self, source: str, data: bytes | bytearray, end: int, first_line: int, history: _History,
-        pending: list[_Pending], cursor: _Cursor,
+        pending: list[_Pending], cursor: _Cursor, paste: bool = False,
     ) -> Generator[Event, None, int]:
         """Match the candidate lines of data[:end]; defer those at its end; return its line count.
 
@@ -305,28 +335,35 @@ class Matcher:
         if self.engine is None:
             return data.count(b"\n", 0, end)
         candidates, lines = self._candidates(data, end, first_line)
-        if first_line == 1 and end <= PASTE_SIZE and not self.live:
-            candidates = self._with_paste_sweep(data, end, candidates)
+        if paste:  # the input so far is a paste: swept whole, piece by piece
+            candidates = self._with_paste_sweep(data, end, candidates, first_line)
         tail_start = _start_of_last_lines(data, CONTEXT_LINES, end)
         head_end = _end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
         events: list[Event] = []
         try:
             for line_start, line_end, line_no, selection in candidates:
                 if line_no <= cursor.consumed_until:
+                    if selection.records:  # (near the chunk's edges: the lines this chunk holds)
+                        taken = _Lines(data, line_start, line_end, line_no, end)
+                        if not head_end <= line_start < tail_start:
+                            buffer, offset = _around(data, line_start, end, history, True)
+                            taken = _Lines(buffer, offset, offset + line_end - line_start, line_no)
+                        events += self._taken_records(source, taken, selection, cursor)
                     continue
                 if line_start >= tail_start:  # its next lines are in the next chunk
-                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose))
+                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose or selection.records))
                     reported: frozenset[str] = frozenset()
                     if self.live:
                         alone = self._match_alone(source, buffer, offset, line_no, cursor)
                         reported = frozenset(event.rule.code for event in alone)
                         events += alone
-                    pending.append(_Pending(buffer, offset, line_no, reported, selection.loose))
+                    pending.append(_Pending(buffer, offset, line_no, reported, selection.loose, selection.records))
                 elif line_start < head_end:
                     # its previous lines are in earlier chunks
-                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose))
-                    events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose)
-                elif selection.every or selection.loose:
+                    buffer, offset = _around(data, line_start, end, history, bool(selection.loose or selection.records))
+                    events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose,
+                                             records=selection.records)
+                elif _worth_matching(selection):
                     events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
                 if len(events) >= EVENT_BURST:
                     yield from events
@@ -338,11 +375,11 @@ class Matcher:
         return lines
 
     def _with_paste_sweep(
-        self, data: bytes | bytearray, end: int, candidates: list[tuple[int, int, int, _Selection]]
+        self, data: bytes | bytearray, end: int, candidates: list[tuple[int, int, int, _Selection]], first_line: int = 1,
     ) -> list[tuple[int, int, int, _Selection]]:
         """The candidates, and the lines of a small input where a pattern's head starts in the
         loose form of the whole input (its lines joined), for the second try."""
-        starts, forms, position, line_no = [], [], 0, 1
+        starts, forms, position, line_no = [], [], 0, first_line
         while position < end:
             line_end = data.find(b"\n", position, end)
             line_end = end if line_end < 0 else line_end
@@ -373,18 +410,37 @@ class Matcher:
                     break
                 added.setdefault(bisect.bisect_right(offsets, at) - 1, []).append(target)
                 at = joined.find(pattern.probe, at + 1)  # type: ignore[union-attr]
-        if not added:
+        records = self._swept_records(joined, offsets)
+        if not added and not records:
             return candidates
         listed = {candidate[2]: candidate for candidate in candidates}
-        for index, targets in added.items():
+        for index in sorted(added.keys() | records.keys()):
             start, stop, number = starts[index]
             known = listed.get(number)
-            if known is not None:
-                targets = [*known[3].loose, *(t for t in targets if t not in known[3].loose)]
-                listed[number] = (start, stop, number, replace(known[3], loose=targets))
-            else:
-                listed[number] = (start, stop, number, _Selection([], [], True, targets))
+            selection = known[3] if known is not None else _Selection([], [], True)
+            loose = [*selection.loose, *(t for t in added.get(index, ()) if t not in selection.loose)]
+            facts = [*selection.records, *(t for t in records.get(index, ()) if t not in selection.records)]
+            listed[number] = (start, stop, number, replace(selection, loose=loose, records=facts))
         return [listed[number] for number in sorted(listed)]
+
+    def _swept_records(self, joined: str, offsets: list[int]) -> dict[int, list[_Target]]:
+        """The lines of a small input where a fact's anchor starts in the loose form of the whole
+        input: a wrap that cut the anchor itself ("Available KV cache me" / "mory: 11.25 GiB")
+        left no line holding it. The exact pattern still reads the record."""
+        found: dict[int, list[_Target]] = {}
+        for anchor, targets in self.targets.items():
+            facts = [t for t in targets if t.rule.kind == "fact" and t.rule.role in RECORD_ROLES]
+            probe = normalise(anchor.decode("utf-8", "replace")).lower() if facts else ""
+            if len(probe) < MIN_SWEPT_ANCHOR:
+                continue
+            at = joined.find(probe)
+            for _ in range(PASTE_HITS):
+                if at < 0:
+                    break
+                line = found.setdefault(bisect.bisect_right(offsets, at) - 1, [])
+                line += [t for t in facts if t not in line]
+                at = joined.find(probe, at + 1)
+        return {index: sorted(targets, key=lambda t: (t.rule_index, t.pattern_index)) for index, targets in found.items()}
 
     def _all_targets(self) -> list[_Target]:
         every = {(t.rule_index, t.pattern_index): t for targets in self.targets.values() for t in targets}
@@ -424,31 +480,39 @@ class Matcher:
         """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
         following = b"".join(_lines_after(data, 0, CONTEXT_LINES, end))
         for deferred in pending:
+            buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
             if deferred.line_no > cursor.consumed_until:
-                buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
                 yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported,
-                                          deferred.loose)
+                                          deferred.loose, deferred.records)
+            elif (found := self._line_in(buffer, deferred.offset, deferred.line_no, records=deferred.records)) and \
+                    found[0].records:
+                yield from self._taken_records(source, found[1], found[0], cursor)
 
     def _match_at(
         self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
         reported: frozenset[str] = frozenset(), loose: list[_Target] | None = None,
+        records: list[_Target] | None = None,
     ) -> list[Event]:
         """The events of a candidate line in a small buffer that holds its neighbours (a seam).
-        loose: the patterns chosen for its second try where it was found (a paste's sweep)."""
-        found = self._line_in(buffer, line_start, line_no, loose or [])
+        loose, records: the patterns chosen for its second try and the facts read over its
+        record where it was found (a paste's sweep)."""
+        found = self._line_in(buffer, line_start, line_no, loose or [], records or [])
         if found is None:
             return []
         selection, lines = found
         if not reported:
             return self._match_line(source, lines, selection, cursor)
         targets = [t for t in selection.every if t.rule.code not in reported]
-        if not (targets and lines.next_may_continue()):
+        if not (targets and (lines.next_may_continue() or selection.records)):
             return []
         # the line alone was matched already: only its continuation is new (as _match_line
         # does after a match on the line alone)
         text = lines.parts(0).text
         rest = [t for t in targets if self._cut_short(t, text)]
         events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
+        records = [t for t in self._record_targets(selection, events) if t.rule.code not in reported]
+        if records:
+            events = self._match_records(source, lines, records, events, cursor, cursor.consumed_until)
         self._mark_hosted(events, lines, selection)
         cursor.mark(events)
         return events
@@ -460,13 +524,18 @@ class Matcher:
             return []
         selection, lines = found
         parts = lines.parts(0)
-        events = self._match_text(source, parts, parts.text, line_no, line_no, lines.alone(selection), cursor)
+        targets = lines.alone(selection)
+        span = lines.record_span(self.skip_marker_texts) if selection.records else None
+        if span is not None and span[0] < 0:  # a piece of a record: its facts wait for its lines
+            targets = [t for t in targets if t not in selection.records]
+        events = self._match_text(source, parts, parts.text, line_no, line_no, targets, cursor)
         self._mark_hosted(events, lines, selection)
         cursor.mark(events)
         return events
 
     def _line_in(
-        self, buffer: bytes, line_start: int, line_no: int, loose: list[_Target] = ()  # type: ignore[assignment]
+        self, buffer: bytes, line_start: int, line_no: int, loose: list[_Target] = (),  # type: ignore[assignment]
+        records: list[_Target] = (),  # type: ignore[assignment]
     ) -> tuple[_Selection, _Lines] | None:
         """A candidate line in a small buffer of its own and its neighbours: the patterns it
         may match and the lines, or None when it holds no pattern's anchor (nor `loose`)."""
@@ -475,7 +544,9 @@ class Matcher:
         selection = self._targets_in(buffer, line_start, line_end)
         if loose:
             selection = replace(selection, loose=[*selection.loose, *(t for t in loose if t not in selection.loose)])
-        return (selection, _Lines(buffer, line_start, line_end, line_no)) if selection.every or selection.loose else None
+        if records:
+            selection = replace(selection, records=[*selection.records, *(t for t in records if t not in selection.records)])
+        return (selection, _Lines(buffer, line_start, line_end, line_no)) if _worth_matching(selection) else None
 
     def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
@@ -488,7 +559,8 @@ class Matcher:
             # the second try is for findings: a fact's free-text value would run on over the lines
             loose = [chosen[key] for key in sorted(chosen) if chosen[key].rule.kind == "finding"]
             hosted = any(t.rule.stage in HOSTED_STAGES for t in loose)
-            selection = _Selection(every, [t for t in every if t.needs <= held], hosted, loose)
+            records = [t for t in every if t.rule.kind == "fact" and t.rule.role in RECORD_ROLES]
+            selection = _Selection(every, [t for t in every if t.needs <= held], hosted, loose, records)
             if len(self._targets_for) < MAX_TARGET_SETS:
                 self._targets_for[found] = selection
         return selection
@@ -497,6 +569,7 @@ class Matcher:
 
     def _match_line(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
         parts = lines.parts(0)
+        consumed = cursor.consumed_until
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
                                   lines.digits_at(1))
         targets = selection.every
@@ -516,9 +589,136 @@ class Matcher:
                       for event in events]
         if selection.loose:
             events += self._second_try(source, lines, selection.loose, events, cursor)
+        records = self._record_targets(selection, events)
+        if records:
+            events = self._match_records(source, lines, records, events, cursor, consumed)
         self._mark_hosted(events, lines, selection)
         cursor.mark(events)
         return events
+
+    def _taken_records(self, source: str, lines: _Lines, selection: _Selection, cursor: _Cursor) -> list[Event]:
+        """The facts of a candidate line that an earlier reading took ("GPU KV cache" / "usage:
+        0.0%" of a wrapped metrics line, whose finding was read from the line above): read over
+        its record, unless that reading began already."""
+        events = self._match_records(source, lines, selection.records, [], cursor, cursor.consumed_until)
+        cursor.mark(events)
+        return events
+
+    def _record_targets(self, selection: _Selection, events: list[Event]) -> list[_Target]:
+        """The facts to read over the candidate's record: those its anchors chose, and those a
+        window read from the lines below."""
+        read = [e.rule.code for e in events if e.rule.kind == "fact" and e.rule.role in RECORD_ROLES]
+        if not read:
+            return selection.records
+        chosen = {(t.rule_index, t.pattern_index): t for t in selection.records}
+        for code in read:
+            for target in self._facts_by_code.get(code, ()):
+                chosen.setdefault((target.rule_index, target.pattern_index), target)
+        return [chosen[key] for key in sorted(chosen)]
+
+    def _match_records(
+        self, source: str, lines: _Lines, targets: list[_Target], events: list[Event], cursor: _Cursor,
+        consumed: int,
+    ) -> list[Event]:
+        """The facts of the candidate's logger record read on all its lines. They replace what the
+        line or a window read of them (a piece of a record wrapped over more lines); a window's
+        reading that ran on into the next record goes. A fact the line read whole is not read
+        again. consumed: the last line taken before this candidate; the lines a dropped reading
+        took are free again."""
+        span = lines.record_span(self.skip_marker_texts)
+        if span is None:
+            return events
+        first, last = span
+        if first == last == 0:
+            whole = {e.rule.code for e in events if e.record.line == e.record.end_line == lines.line_no}
+            targets = [t for t in targets if t.rule.code not in whole]
+            if not targets:
+                return events
+        head, variants, cut_at = lines.record_variants(first, last)
+        found, codes = self._read_record(source, lines, first, last, variants, [], targets, cursor, head)
+        rest = [t for t in targets if t.rule.code not in codes]
+        wider = lines.record_end(last, self.skip_marker_texts) if rest else last
+        if wider > last:  # a hand wrap's short line: the message may still go on below it
+            more = self._read_record(source, lines, first, wider, lines.record_variants(first, wider)[1], [], rest,
+                                     cursor, head)
+            found, codes, rest = found + more[0], codes | more[1], [t for t in rest if t.rule.code not in more[1]]
+        if rest:  # cut short: what its lines say as far as they go
+            more = self._read_record(source, lines, first, last, [], variants[:1] + cut_at, rest, cursor, head)
+            found, codes = found + more[0], codes | more[1]
+        # a line read alone whose record reads no more (a progress bar printed after it is no wrap)
+        alone = {(e.rule.code, repr(e.fields)) for e in events if e.record.line == e.record.end_line == lines.line_no
+                 and first == 0}
+        same = {e.rule.code for e in found if (e.rule.code, repr(e.fields)) in alone}
+        # or a window read more of it than the record's lines did (a hand wrap's short line ended it)
+        same |= {e.rule.code for e in found for old in events if old.rule.code == e.rule.code and not lines.runs_on(old)
+                 and old.fields.items() > e.fields.items()}
+        found = [e for e in found if e.rule.code not in same]
+        codes -= same
+        asked = {target.rule.code for target in targets}
+        kept = [e for e in events if e.rule.code not in codes and not (e.rule.code in asked and lines.runs_on(e))]
+        if len(kept) < len(events):
+            cursor.consumed_until = max([consumed, *(e.record.end_line for e in kept if e.rule.role is None)])
+        return sorted([*found, *kept], key=lambda event: event.record.line)
+
+    def _read_record(
+        self, source: str, lines: _Lines, first: int, last: int, variants: list[str], cut_at: list[str],
+        targets: list[_Target], cursor: _Cursor, parts: LineParts,
+    ) -> tuple[list[Event], set[str]]:
+        """Each rule's first pattern that matches the record's lines joined (variants: the ways
+        the wrap may have cut them; a value is taken from the first that reads it), or else that
+        matches as far as the record goes (a cut: the fields it closed before its end). Also the
+        rules whose reading of this record began already (an earlier line of it was the
+        candidate): what this line read of them is a piece of it."""
+        events: list[Event] = []
+        codes: set[str] = set()
+        for target in targets:
+            if target.rule.code in codes or (target.rule.code, target.pattern.id) in self.disabled_patterns:
+                continue
+            try:
+                groups, text = self._record_groups(target, variants, cut_at)
+            except TimeoutError:
+                self._timed_out(target.rule.code, target.pattern.id, f"{source}:{lines.line_no + first}", cursor)
+                continue
+            if groups is None:
+                continue
+            record = Record(source, lines.line_no + first, lines.line_no + last, text, parts.level, parts.time,
+                            parts.process, parts.rank)
+            read_fields = target.read_fields = target.read_fields or field_reader(target.rule, list(groups))
+            event = Event(target.rule, record, read_fields(groups), excerpt(text, 0, len(text)), target.pattern.id,
+                          target.pattern.hosted)
+            codes.add(target.rule.code)
+            if not cursor.began(event):
+                events.append(event)
+        return events, codes
+
+    def _record_groups(self, target: _Target, variants: list[str], cut_at: list[str]
+                       ) -> tuple[dict[str, str | None] | None, str]:
+        """The pattern's groups in the joined record (None: no reading), and the text read. The
+        message that starts first wins: a join that ran "GPU" / "KV cache usage" together finds
+        the "CPU KV cache usage" after it; other joins that read it fill in its missing values."""
+        search = target.search or self._bind_search(target)
+        readings = []
+        for variant in variants:  # (none: only the cut readings)
+            match = search(variant)
+            if match is not None:
+                before = variant[: match.start()]
+                readings.append((len(before) - before.count(" "), _whole_groups(match, variant), variant))
+        if readings:
+            start = min(reading[0] for reading in readings)
+            found = [reading for reading in readings if reading[0] == start]
+            groups, text = found[0][1], found[0][2]
+            for _, other, _ in found[1:]:
+                groups = {name: value if value is not None else other.get(name) for name, value in groups.items()}
+            return groups, text
+        for text in cut_at:
+            cut = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
+            if cut is None or not cut.partial:
+                continue
+            groups = {name: value if value is not None and cut.end(name) < len(text) else None
+                      for name, value in cut.groupdict().items()}
+            if any(value is not None for value in groups.values()):  # not the head alone: a fact is its values
+                return groups, text
+        return None, ""
 
     def _read_on(self, source: str, lines: _Lines, event: Event, cursor: _Cursor) -> Event:
         """An exact finding that left values of its pattern unread while its message goes on
@@ -794,7 +994,7 @@ class Matcher:
                 continue
             if record is None:
                 record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
-            groups = match.groupdict()
+            groups = _whole_groups(match, text) if rule.kind == "fact" and match.end() < len(text) else match.groupdict()
             read_fields = target.read_fields
             if read_fields is None:
                 read_fields = target.read_fields = field_reader(rule, list(groups))
@@ -883,6 +1083,43 @@ def _to_bool(value: str) -> bool | None:
 _CONVERTERS: dict[str | None, Callable[[str], Any] | None] = {
     "flag": bool, "bool": _to_bool, "int": _to_int, "float": _to_float, "gib": _to_float,
 }
+
+
+def _whole_groups(match: Any, text: str) -> dict[str, str | None]:
+    """The match's groups, less those read ahead of it (a lookahead: "max_seq_len=...") that run
+    to the end of the text: the line or the window may have been cut there ("max_seq_len=327" of
+    32768, "dtype=torch.", "0." of 0.9). A True or False there is whole: no shorter text reads as one."""
+    groups = match.groupdict()
+    if match.end() < len(text):
+        for name, value in groups.items():
+            if value and match.end(name) == len(text) and value not in ("True", "False"):
+                groups[name] = None
+    return groups
+
+
+def _glue(before: str, after: str) -> str:
+    """What a wrap at a space dropped between two lines of a record: the space, unless the lines
+    already keep it or the wrap cut a number ("131," / "072", "0." / "92")."""
+    if before[-1:].isspace() or not before or not after:
+        return ""
+    if (before[-1].isdigit() or before[-1] in ".,") and (after[0].isdigit() or after[0] in ".,") and (
+            before[-1].isdigit() or after[0].isdigit()):
+        return ""
+    return " "
+
+
+def _cut_prefix_joined(texts: list[str]) -> tuple[LineParts, list[str]]:
+    """A record's first two lines joined where the wrap cut its logger prefix, that prefix read
+    off (the cut may have dropped the space after the time): its parts, and its lines so."""
+    for glue in ("", " "):
+        parts = parse_line((texts[0] + glue + texts[1]).encode())
+        if parts.level is not None:
+            return parts, [parts.text, *texts[2:]]
+    return LineParts(texts[0]), texts
+
+
+def _worth_matching(selection: _Selection) -> bool:
+    return bool(selection.every or selection.loose or selection.records)
 
 
 def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: int) -> bool:
@@ -1159,6 +1396,7 @@ class _Pending:
     line_no: int
     reported: frozenset[str]  # rules already reported for it on its own (live)
     loose: list[_Target]  # the patterns of its second try
+    records: list[_Target] = field(default_factory=list)  # the facts read over its record (a paste's sweep)
 
 
 class _Lines:
@@ -1211,6 +1449,108 @@ class _Lines:
             parts = self.parts(offset)
             return parts.level is None and (parts.text or "").lstrip()[:1].isdigit()
         return goes_on_with_digit
+
+    def record_span(self, skip_markers: list[str]) -> tuple[int, int] | None:
+        """The first and last line (offsets) of the logger record the candidate is part of: back to
+        the line with the logger's prefix, on to the last line before the next record (a blank line,
+        a request-log line, a short line all end one). None: the candidate is in no logger record."""
+        first = 0
+        while not self.starts_record(first, logger=True):
+            if first <= -RECORD_BACK or self.starts_record(first) or not self._continues(first - 1, skip_markers):
+                return None  # (an exception's lines are no logger record)
+            first -= 1
+        last, size = 0, sum(len(self.parts(offset).text) for offset in range(first, 1))
+        full = self.width(first) - WRAP_SLACK  # a line this wide was filled by the wrap
+        while last - first < RECORD_LINES and size < RECORD_TEXT and self._continues(last, skip_markers,
+                                                                                     full if last > first else 0):
+            last += 1
+            size += len(self.parts(last).text)
+        return first, last
+
+    def record_end(self, last: int, skip_markers: list[str]) -> int:
+        """The record's last line when the lines after `last` that start no record are taken too,
+        whatever their width, up to CONTEXT_LINES of them (a hand wrap: "enabled " / "with ...")."""
+        end = last
+        while end - last < CONTEXT_LINES and self._continues(end, skip_markers, wide=True):
+            end += 1
+        return end
+
+    def record_variants(self, first: int, last: int) -> tuple[LineParts, list[str], list[str]]:
+        """The record's first line's parts, and its lines joined the ways the wrap may have cut
+        them, likeliest first: with a space where a line's own leading blank was read off
+        (more than the other lines have), run together, and with a space at every cut that is not
+        inside a number ("len" / "40960"); then its first lines alone, longest first (for a
+        record cut short, only its partial match)."""
+        texts = [self.parts(offset).text for offset in range(first, last + 1)]
+        own = self._own_spaces(first + 1, last)
+        head = self.parts(first)
+        if head.level is None and len(texts) > 1:  # its logger prefix goes on on the next line
+            outer = head
+            head, joined = _cut_prefix_joined(texts)
+            head.process, head.rank = head.process or outer.process, head.rank or outer.rank
+            head.time = head.time or outer.time
+            if len(joined) < len(texts):
+                texts, own = joined, own[1:]
+        glued = texts[0] + "".join((" " if space and not before[-1:].isspace() else "") + after
+                                   for before, after, space in zip(texts, texts[1:], own, strict=False))
+        spaced = texts[0] + "".join(_glue(before, after) + after for before, after in zip(texts, texts[1:], strict=False))
+        variants = list(dict.fromkeys(text.lstrip() for text in (glued, "".join(texts), spaced)))
+        # where a cut record may end: before the lines that followed the cut (a progress bar)
+        cut_at = ["".join(texts[:count]).lstrip() for count in range(len(texts) - 1, 0, -1)]
+        return head, variants, cut_at
+
+    def _own_spaces(self, start: int, last: int) -> list[bool | None]:
+        """For each continuation line, whether its text began with a blank that reading it
+        dropped: more blanks before its text than the fewest any continuation line has (the
+        indentation or the prefix's own space). None: not known (a single continuation line)."""
+        runs: list[int | None] = []
+        for offset in range(start, last + 1):
+            bounds, text = self._bounds(offset), self.parts(offset).text
+            decoded = decode(self.buffer[bounds[0] : bounds[1]]) if bounds else ""
+            before = decoded[: len(decoded) - len(text)] if decoded.endswith(text) else None
+            runs.append(None if before is None else len(before) - len(before.rstrip()))
+        known = [run for run in runs if run is not None]
+        if len(known) < 2:
+            return [None] * len(runs)
+        lead = min(known)
+        return [None if run is None else run > lead for run in runs]
+
+    def _continues(self, offset: int, skip_markers: list[str], full: int = 0, wide: bool = False) -> bool:
+        """The line after this one is more of its record: this one is filled as a wrap fills it
+        (at least `full` wide: the record's first line's width, less a word a hand wrap moved on),
+        and the next one has text, no logger prefix nor another process's tag of its own, and is
+        no request-log line. wide: whatever this one's width."""
+        following = self._bounds(offset + 1)
+        if following is None:
+            return False
+        width = self.width(offset)
+        if not wide and (width < max(MIN_WRAP, full) or width > MAX_WRAP):
+            return False
+        if NEW_RECORD.match(self.buffer, following[0], following[1]):
+            return False
+        this, after = self.parts(offset), self.parts(offset + 1)
+        if (after.process or after.rank) and (after.process, after.rank) != (this.process, this.rank):
+            return False  # another process's line ("[rank1]: Traceback ..." after an untagged record)
+        text = after.text
+        return bool(text and text.strip()) and not self.starts_record(offset + 1) and not any(m in text for m in skip_markers)
+
+    def runs_on(self, event: Event) -> bool:
+        """The event's lines run on into another record (a window joined the next record's line)."""
+        offsets = range(event.record.line - self.line_no + 1, event.record.end_line - self.line_no + 1)
+        return any(self.starts_record(offset) for offset in offsets)
+
+    def width(self, offset: int) -> int:
+        """The columns the line takes on a terminal (colour codes take none), 0 past the buffer."""
+        bounds = self._bounds(offset)
+        return len(decode(self.buffer[bounds[0] : bounds[1]])) if bounds else 0
+
+    def starts_record(self, offset: int, logger: bool = False) -> bool:
+        """The line has a logger's prefix, or the first part of one that the wrap cut, or (unless
+        `logger`) it is a traceback's or an exception's first line."""
+        parts = self.parts(offset)
+        text = parts.text
+        return parts.level is not None or text is not None and (
+            CUT_LOGGER_PREFIX.match(text) is not None or not logger and EXCEPTION_HEAD.match(text) is not None)
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""

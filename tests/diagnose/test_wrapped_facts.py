@@ -1,0 +1,180 @@
+"""The run summary of a startup log pasted re-wrapped or cut (issue 15): every fixture that
+states facts, hard-wrapped at 80 to 160 columns as a terminal or a web page does (mid-word,
+mid-number; the continuation lines bare, indented, or carrying the line's collector and
+process prefix again, as docker, journald and vLLM's process tags print them), says what
+the unwrapped log says: the same facts, from the same lines, and no value takes text of the
+record after it. A fact line cut short keeps the fields printed before the cut and reads
+none it did not print.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from triage import pipeline
+from triage.input.records import LOGGER_PREFIXES, parse_line
+from triage.rules.ruleset import load_rules
+from triage.rules.ruletest import MARKER_PREFIX
+
+from conftest import FIXTURES
+
+RULES = load_rules()
+MATCHER = pipeline.make_matcher(pipeline.ScanOptions(RULES))
+FACT_FIELDS = {name for rule in RULES.rules if rule.kind == "fact" for p in rule.patterns for name in p.fields}
+WIDTHS = range(80, 161, 4)
+STYLES = 3  # bare, indented, the line's prefix again
+CUTS = 9  # places each fact line is cut at
+TOKEN = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|.", re.S)
+
+
+def log_lines(path: Path) -> tuple[str, ...]:
+    return tuple(line for line in path.read_bytes().decode("utf-8", "replace").split("\n")
+                 if not line.startswith(MARKER_PREFIX.decode()))
+
+
+@cache
+def scanned(lines: tuple[str, ...]) -> tuple[list, dict[int, list]]:
+    """The run summaries, and the fact events by the line they start on."""
+    events: dict[int, list] = defaultdict(list)
+
+    def take(event, run) -> None:
+        if event.rule.kind == "fact" and event.rule.role in (None, "ready"):  # what a run keeps as facts
+            events[event.record.line].append(event)
+
+    result = pipeline.scan([pipeline.Text("log", "\n".join(lines).encode())],
+                           pipeline.ScanOptions(RULES, matcher=MATCHER, on_event=take))
+    return [run.summary for run in result.runs.get("log", [])], dict(events)
+
+
+# The texts the matcher's anchor pass looks for, by rule: a line cut before all of them is no candidate.
+ANCHORS = defaultdict(list)
+for _anchor, _targets in MATCHER.targets.items():
+    for _target in _targets:
+        ANCHORS[_target.rule.code].append(_anchor.decode("utf-8", "replace"))
+# Already hard-wrapped at 120 columns: wrapped again, the short rest of each of its lines sits
+# inside a record, which reads as the record's end (a line of a wrapped record is filled).
+WRAPPED_ALREADY = {"request-you-passed-v017-terminal-wrapped.log"}
+FACT_LOGS = {path.name: log_lines(path) for path in sorted([*FIXTURES.glob("*.log"), *(FIXTURES / "runs").glob("*.log")])
+             if path.name not in WRAPPED_ALREADY and any(summary.facts for summary in scanned(log_lines(path))[0])}
+
+
+def lead_of(line: str) -> str:
+    """What stands before vLLM's logger prefix: the collector's and the process's prefixes."""
+    found = LOGGER_PREFIXES[0].search(line)
+    return line[: found.start()] if found and found.start() <= 120 else ""
+
+
+def columns(line: str, width: int) -> list[str]:
+    """The line cut every `width` columns as a terminal does: colour codes and NUL bytes take none."""
+    pieces, piece, seen = [], "", 0
+    for token in TOKEN.findall(line):
+        if seen == width:
+            pieces.append(piece)
+            piece, seen = "", 0
+        piece += token
+        seen += token[0] not in "\x1b\x00"
+    return [*pieces, piece]
+
+
+def wrap(lines: tuple[str, ...], width: int, style: int) -> tuple[tuple[str, ...], list[int]]:
+    """Every line hard-wrapped at `width` (style 0: bare continuation lines, 1: indented, 2: each
+    line under the original's prefixes); and for each line of the result, its original line."""
+    out, origin = [], []
+    for number, line in enumerate(lines, 1):
+        lead = ("", "    ", lead_of(line))[style]
+        if style == 2:  # the collector or vLLM prefixes each printed line: the text after it is wrapped
+            pieces = [lead + piece for piece in columns(line[len(lead) :], width)]
+        else:
+            pieces = [piece if index == 0 else lead + piece for index, piece in enumerate(columns(line, width))]
+        out += pieces
+        origin += [number] * len(pieces)
+    return tuple(out), origin
+
+
+def facts_of(lines: tuple[str, ...], origin: list[int] | None = None) -> list[dict]:
+    """Each run's facts, with the original line each was read from."""
+    def where(line: int) -> int:
+        return origin[line - 1] if origin else line
+    return [{name: (value, where(summary.fact_lines[name]) if name in summary.fact_lines else None)
+             for name, value in summary.facts.items()} for summary in scanned(lines)[0]]
+
+
+@pytest.mark.parametrize("name", sorted(FACT_LOGS))
+def test_every_wrap_width_keeps_the_run_summary_facts_and_their_lines(name):
+    lines = FACT_LOGS[name]
+    expected = facts_of(lines)
+    for index, width in enumerate(WIDTHS):
+        style = index % STYLES
+        wrapped, origin = wrap(lines, width, style)
+        got = facts_of(wrapped, origin)
+        assert len(got) == len(expected), (name, width, style)
+        for run, (want, have) in enumerate(zip(expected, got, strict=True)):
+            lost = {k: v for k, v in want.items() if have.get(k) != v}
+            extra = {k: v for k, v in have.items() if k not in want}
+            assert not lost and not extra, f"{name} at {width} columns, style {style}, run {run + 1}: " \
+                                           f"lost or changed {lost}, read {extra}, got {[have.get(k) for k in lost]}"
+
+
+@pytest.mark.parametrize("name", sorted(FACT_LOGS))
+def test_no_wrapped_fact_value_takes_text_of_another_record(name):
+    lines = FACT_LOGS[name]
+    for index, width in enumerate(WIDTHS[::2]):
+        wrapped, origin = wrap(lines, width, (index + 1) % STYLES)
+        for run in facts_of(wrapped, origin):
+            for fact, (value, line) in run.items():
+                if isinstance(value, str) and fact in FACT_FIELDS and line is not None:
+                    assert value in lines[line - 1], (name, width, fact, value, lines[line - 1])
+
+
+def cut_points(text: str) -> list[int]:
+    step = max(1, len(text) // CUTS)
+    return list(range(step, len(text), step))
+
+
+def value_spans(event) -> dict[str, tuple[int, int]]:
+    """Where the exact pattern read each field of the event in its line's message."""
+    pattern = next(p for p in event.rule.patterns if p.id == event.pattern_id)
+    match = pattern.compiled.search(event.record.text)
+    return {} if match is None else {k: match.span(k) for k in pattern.fields if match.group(k) is not None}
+
+
+def ends_match(event, name: str) -> bool:
+    """The field is the last thing its pattern reads on the cut line: a number cut there
+    ("Using max model len 409") cannot be told from a whole one."""
+    pattern = next(p for p in event.rule.patterns if p.id == event.pattern_id)
+    match = pattern.compiled.search(event.record.text)
+    return match is not None and match.end(name) == match.end() == len(event.record.text)
+
+
+@pytest.mark.parametrize("name", sorted(FACT_LOGS))
+def test_a_fact_line_cut_short_keeps_the_fields_before_the_cut_and_invents_none(name):
+    lines = FACT_LOGS[name]
+    _, events = scanned(lines)
+    for number, line_events in events.items():
+        raw = lines[number - 1]
+        text = parse_line(raw.encode()).text
+        if not raw.endswith(text) or any(e.record.end_line != number for e in line_events):
+            continue  # a message the decoding rewrote, or one over several lines
+        for cut in cut_points(text):
+            cut_lines = (*lines[: number - 1], raw[: len(raw) - len(text) + cut], *lines[number:])
+            read = {e.rule.code: e for e in scanned(cut_lines)[1].get(number, [])}
+            for event in line_events:
+                spans = value_spans(event)
+                anchored = any(anchor in text[:cut] for anchor in ANCHORS[event.rule.code])  # still a candidate
+                before = {k for k, (_, end) in spans.items() if end < cut} if anchored else set()
+                got = read.get(event.rule.code)
+                fields = got.fields if got else {}
+                elsewhere = {(k, repr(v)) for other in read.values() for k, v in other.fields.items()}
+                missing = {k for k in before if fields.get(k) != event.fields[k]  # (or another rule of the line read it)
+                           and (k, repr(event.fields[k])) not in elsewhere}
+                assert not missing, (name, number, cut, event.rule.code, missing, text[:cut])
+                for field, value in fields.items():
+                    if field in event.fields and value == event.fields[field] or isinstance(value, bool):
+                        continue
+                    assert got is not None and ends_match(got, field) and str(event.fields.get(field)).startswith(str(value)), \
+                        (name, number, cut, event.rule.code, field, value, text[:cut])
