@@ -635,15 +635,16 @@ class Matcher:
             if not targets:
                 return events
         head, variants, cut_at = lines.record_variants(first, last)
-        found, codes = self._read_record(source, lines, first, last, variants, [], targets, cursor, head)
+        own = {(e.rule.code, e.record.line) for e in events}  # readings it replaces, marked by a second try
+        found, codes = self._read_record(source, lines, first, last, variants, [], targets, cursor, head, own)
         rest = [t for t in targets if t.rule.code not in codes]
         wider = lines.record_end(last, self.skip_marker_texts) if rest else last
         if wider > last:  # a hand wrap's short line: the message may still go on below it
             more = self._read_record(source, lines, first, wider, lines.record_variants(first, wider)[1], [], rest,
-                                     cursor, head)
+                                     cursor, head, own)
             found, codes, rest = found + more[0], codes | more[1], [t for t in rest if t.rule.code not in more[1]]
         if rest:  # cut short: what its lines say as far as they go
-            more = self._read_record(source, lines, first, last, [], variants[:1] + cut_at, rest, cursor, head)
+            more = self._read_record(source, lines, first, last, [], variants[:1] + cut_at, rest, cursor, head, own)
             found, codes = found + more[0], codes | more[1]
         # a line read alone whose record reads no more (a progress bar printed after it is no wrap)
         alone = {(e.rule.code, repr(e.fields)) for e in events if e.record.line == e.record.end_line == lines.line_no
@@ -662,13 +663,14 @@ class Matcher:
 
     def _read_record(
         self, source: str, lines: _Lines, first: int, last: int, variants: list[str], cut_at: list[str],
-        targets: list[_Target], cursor: _Cursor, parts: LineParts,
+        targets: list[_Target], cursor: _Cursor, parts: LineParts, own: set[tuple[str, int]],
     ) -> tuple[list[Event], set[str]]:
         """Each rule's first pattern that matches the record's lines joined (variants: the ways
         the wrap may have cut them; a value is taken from the first that reads it), or else that
         matches as far as the record goes (a cut: the fields it closed before its end). Also the
         rules whose reading of this record began already (an earlier line of it was the
-        candidate): what this line read of them is a piece of it."""
+        candidate): what this line read of them is a piece of it. own: (rule, line) of the
+        readings this one replaces, which do not count as begun."""
         events: list[Event] = []
         codes: set[str] = set()
         for target in targets:
@@ -687,7 +689,7 @@ class Matcher:
             event = Event(target.rule, record, read_fields(groups), excerpt(text, 0, len(text)), target.pattern.id,
                           target.pattern.hosted)
             codes.add(target.rule.code)
-            if not cursor.began(event):
+            if (target.rule.code, record.line) in own or not cursor.began(event):
                 events.append(event)
         return events, codes
 
