@@ -54,6 +54,7 @@ KNOWN_GAPS = {
     "requote": set(),
     "paraphrase": set(),
     "pairs": set(),
+    "cut-anywhere": set(),
 }
 SOUND = [case for case, name in zip(CASES, IDS, strict=True) if not any(name in gaps for gaps in KNOWN_GAPS.values())]
 
@@ -230,6 +231,39 @@ def test_a_cut_after_each_number_keeps_the_numbers_before_it(matcher, code, inde
             continue  # cut inside its head: not told from prose
         survived = {k: v for k, v in numbers.items() if k in ends and ends[k] <= end}
         assert_numbers(matcher, cut, code, survived, by_name=False)
+
+
+CUT_MARKS = ("", "\u2026", "...", " [truncated]", "\u2026 (truncated)")
+
+
+CUT_POINTS = 14  # cut points per example, spread over the text after its head, each with the next mark
+
+
+@pytest.mark.parametrize(("code", "index", "example"), _marked("cut-anywhere"))
+def test_a_cut_anywhere_keeps_the_rule_and_the_numbers_printed_whole(matcher, code, index, example):
+    """A viewer's column, a chat's limit or a hand cuts a message anywhere after its head:
+    inside a word, a number or a skipped clause, with or without the mark it leaves there.
+    The rule fires with every number printed whole before the cut. With a mark, a number
+    the cut runs into (nothing but spaces or a separator between) is not read: its digits so
+    far may not be its value."""
+    text = example.text.strip()
+    head = _head_end(code, text)
+    if head is None or head >= len(text):
+        pytest.skip("no loose form or nothing after its head")
+    ends = _value_ends(code, text)
+    printed = [pytest.approx(v) for reading in found(matcher, text, code) for v in _numbers(reading).values()]
+    step = max(1, (len(text) - head) // CUT_POINTS)
+    for number, cut in enumerate(range(head + index % step, len(text), step)):
+        mark = CUT_MARKS[number % len(CUT_MARKS)]
+        # with a mark, a number is whole when more than spaces or a separator ("131," / "0.")
+        # follow it before the cut
+        whole = {k: v for k, v in _numbers(example.fields).items()
+                 if k in ends and ends[k] <= cut and (not mark or text[ends[k] : cut].strip(" .,"))}
+        pasted = text[:cut] + mark
+        assert_numbers(matcher, pasted, code, whole, by_name=False)
+        if mark:
+            for reading in found(matcher, pasted, code):
+                assert all(v in printed for v in _numbers(reading).values()), f"{code}: a cut number read from {pasted!r}: {reading}"
 
 
 def html_source(text: str) -> str:

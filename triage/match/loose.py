@@ -54,6 +54,8 @@ _DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
 # Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
 # line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
 _LONE_PUNCTUATION = re.compile(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)")
+# What a viewer, a chat or a tool leaves where it cut a message (loose form: "…" is "...").
+TRUNCATED = re.compile(r"(?:\.{2,}|\[(?:truncated|cut|\.+)\]|\((?:truncated|cut|\.+)\)|<truncated>)+$", re.IGNORECASE)
 
 
 def normalise(text: str) -> str:
@@ -72,11 +74,19 @@ class LoosePattern:
     compiled: Any = None
 
     def search(self, text: str, timeout: float) -> Any:
+        return self._compiled().search(text, timeout=timeout)
+
+    def cut_at(self, text: str, start: int, end: int, timeout: float) -> bool:
+        """text[start:end] is this message cut at `end`, anywhere (inside a word, a number or a
+        skipped clause): a match that runs to the end of the text with more of it wanted."""
+        return self._compiled().fullmatch(text, pos=start, endpos=end, partial=True, timeout=timeout) is not None
+
+    def _compiled(self) -> Any:
         if self.compiled is None:
             import regex
 
             self.compiled = regex.compile(self.regex, regex.IGNORECASE | regex.V0)
-        return self.compiled.search(text, timeout=timeout)
+        return self.compiled
 
 
 @dataclass(slots=True)

@@ -38,6 +38,7 @@ from triage.match.anchors import (
 from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.loose import (
     QUOTES,
+    TRUNCATED,
     LooseMatch,
     LoosePattern,
     derive_all,
@@ -87,6 +88,13 @@ STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a trace
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
 GAP_CUT = 64  # at most this much of the clauses a pattern skips (loose form) before a cut: a longer text is another message
 SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
+ASCII_RUN = re.compile(r"[\x00-\x7f]*")
+# The mark a viewer, a chat or a tool leaves where it cut a line, as printed: "is lar…",
+# "(9.3...", "1... [truncated]" (TRUNCATED: the same marks in the loose form, which keeps no
+# lone dots).
+CUT_MARK = re.compile(
+    r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
+)
 # How a line that ends inside a word, a number or a clause (as a cut leaves it) may end; vLLM's
 # own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
 # whether it cuts a message short beside one read whole on it.
@@ -130,12 +138,17 @@ def _may_continue(text: str) -> bool:
 
 def _cut_end(text: str) -> int:
     """Where the line ends less what a paste adds after a cut (a closing quote, CJK prose,
-    blanks): where a message cut there ends; 0 when that line does not end open (OPEN_END)."""
+    blanks, the mark a viewer leaves: "…", "[truncated]"): where a message cut there ends; 0
+    when that line does not end open (OPEN_END, or a number cut at its point: "usage: 97.")."""
     end = len(text)
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1
-    return end if end and (text[end - 1].isalnum() or text[end - 1] in OPEN_END) else 0
+    mark = CUT_MARK.search(text, 0, end) if end and not text[end - 1].isalnum() else None
+    if mark:
+        end = mark.start()
+    last = text[end - 1 : end]
+    return end if last and (last.isalnum() or last in OPEN_END or last == "." and text[end - 2 : end - 1].isdigit()) else 0
 
 
 def _values_apart(reading: LooseMatch, best: LooseMatch) -> bool:
@@ -203,6 +216,12 @@ class _Target:
     search: Any = None  # text -> match or None, bounded in time; made on first use
     read_fields: Any = None  # its groupdict -> typed fields, made on its first match
     loose: LoosePattern | None | bool = False  # its paste-tolerant form, derived on first need (None: none)
+
+    def loose_form(self) -> LoosePattern | None:
+        """Its paste-tolerant form (None: its head is too short to tell it from prose)."""
+        if self.loose is False:
+            self.loose = derive_loose(self.pattern.compiled.pattern)
+        return self.loose if isinstance(self.loose, LoosePattern) else None
 
 
 @dataclass(slots=True)
@@ -401,15 +420,15 @@ class Matcher:
                 if target.loose is False:
                     target.loose = derived[target.pattern.compiled.pattern]
         for target in targets:
-            pattern = target.loose
-            if pattern is None or not pattern.probe:  # type: ignore[union-attr]
+            pattern = target.loose_form()
+            if pattern is None or not pattern.probe:
                 continue
-            at = joined.find(pattern.probe)  # type: ignore[union-attr]
+            at = joined.find(pattern.probe)
             for _ in range(PASTE_HITS):
                 if at < 0:
                     break
                 added.setdefault(bisect.bisect_right(offsets, at) - 1, []).append(target)
-                at = joined.find(pattern.probe, at + 1)  # type: ignore[union-attr]
+                at = joined.find(pattern.probe, at + 1)
         records = self._swept_records(joined, offsets)
         if not added and not records:
             return candidates
@@ -804,20 +823,19 @@ class Matcher:
         """The loose readings of these patterns in the window that start on the candidate or above it."""
         readings: list[tuple[LooseMatch, _Target]] = []
         for target in targets:
-            if target.loose is False:
-                target.loose = derive_loose(target.pattern.compiled.pattern)
-            pattern = target.loose
-            if pattern is None or not window.may_hold(pattern.probe):  # type: ignore[union-attr]
+            pattern = target.loose_form()
+            if pattern is None or not window.may_hold(pattern.probe):
                 continue
             try:
-                found = loose_match(pattern, window.text(), MATCH_TIMEOUT)  # type: ignore[arg-type]
+                found = loose_match(pattern, window.text(), MATCH_TIMEOUT)
             except TimeoutError:
                 self._timed_out(target.rule.code, target.pattern.id, f"{source}:{lines.line_no}", cursor)
                 continue
-            if found is not None and not found.complete and not self._stops_as_pasted(found, window):
+            if found is not None and not found.complete and not self._stops_as_pasted(found, window, pattern):
                 continue
             if found is None or found.recased and window.follows_word(found.start):
                 continue
+            _drop_cut_value(found, window)
             # a head on a later line is that line's own turn, and a message already read (or
             # one another finding starts inside) is not read again: neither may outscore this line's
             first, last = window.lines_of(found.start, found.end)
@@ -870,12 +888,15 @@ class Matcher:
         return self._targets_on(lines, range(window.first, window.first + len(window.texts)), True, targets)
 
     @staticmethod
-    def _stops_as_pasted(found: LooseMatch, window: _LooseWindow) -> bool:
+    def _stops_as_pasted(found: LooseMatch, window: _LooseWindow, pattern: LoosePattern) -> bool:
         """A loose match that stops short is a paste of its message only when the text stops
-        there too (a cut), or when only its closing words were replaced and no further number
-        follows in their sentence (past its last number: when its sentence ends there).
-        Otherwise the text goes on as another message with the same head."""
+        there too (a cut, anywhere: inside a word or a number too), or when only its closing
+        words were replaced and no further number follows in their sentence (past its last
+        number: when its sentence ends there). Otherwise the text goes on as another message
+        with the same head."""
         rest, ends_sentence = window.rest_of_line(found.end)
+        if _cut_inside(found, window, pattern, rest):
+            return True
         rest = rest.strip(".,;:!?")
         if found.values_read:
             following = window.rest_of_sentence(found.end)[:LOOSE_MORE_VALUES]
@@ -901,13 +922,12 @@ class Matcher:
     def _loose_cut_short(target: _Target, text: str) -> bool:
         """The pattern's loose form reads the text up to its end, short of the pattern's: its
         message is cut there though re-punctuated (full-width commas) for the exact one."""
-        if target.loose is False:
-            target.loose = derive_loose(target.pattern.compiled.pattern)
-        if target.loose is None:
+        pattern = target.loose_form()
+        if pattern is None:
             return False
         form = normalise(text)
         try:
-            found = loose_match(target.loose, form, MATCH_TIMEOUT)  # type: ignore[arg-type]
+            found = loose_match(pattern, form, MATCH_TIMEOUT)
         except TimeoutError:
             return False
         return found is not None and not found.complete and found.end == len(form)
@@ -997,6 +1017,8 @@ class Matcher:
             if record is None:
                 record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
             groups = _whole_groups(match, text) if rule.kind == "fact" and match.end() < len(text) else match.groupdict()
+            if number_cut_at(text, match.end()):
+                groups = _without_cut_value(match, groups)
             read_fields = target.read_fields
             if read_fields is None:
                 read_fields = target.read_fields = field_reader(rule, list(groups))
@@ -1131,6 +1153,46 @@ def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: i
     return False
 
 
+def number_cut_at(text: str, end: int) -> bool:
+    """A number ends at `end` and the line's cut mark follows it, spaces or a separator between
+    or not ("limit of 4…", "from 0.…", "size: 485,…", "has 1 [truncated]"): its digits so far
+    may not be all of it."""
+    return CUT_MARK.match(text, end) is not None and text[:end].rstrip(" .,")[-1:].isdigit()
+
+
+def _without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, str | None]:
+    """The match ends where the line was cut (a mark follows): a value that runs up to the
+    cut has lost its further digits ("exceeds limit of 4…"), so it is not read."""
+    return {name: None if value is not None and match.end(name) == match.end() else value for name, value in groups.items()}
+
+
+def _drop_cut_value(found: LooseMatch, window: _LooseWindow) -> None:
+    """A value that runs up to where the line was cut (a mark follows: "limit of 4…") has lost
+    its further digits: it is not read."""
+    rest, _ = window.rest_of_line(found.end)
+    if (TRUNCATED.fullmatch(rest) or not rest) and window.ends_in_cut_mark(found.end, after_number=True):
+        kept = [(name, span) for name, span in zip(found.fields, found.value_spans, strict=True) if span[1] != found.end]
+        found.fields = {name: found.fields[name] for name, _ in kept}
+        found.value_spans = [span for _, span in kept]
+
+
+def _cut_inside(found: LooseMatch, window: _LooseWindow, pattern: LoosePattern, rest: str) -> bool:
+    """The line ends inside the message: what follows the match on it is the start of the
+    message's next words or number (up to prose in another script after it, or the mark a
+    viewer leaves where it cut)."""
+    ascii_part = ASCII_RUN.match(rest).group(0)  # type: ignore[union-attr]
+    if any(c.isascii() and c.isalnum() for c in rest[len(ascii_part):]):
+        return False
+    marked = TRUNCATED.search(ascii_part)
+    cut = ascii_part[: marked.start()] if marked else ascii_part
+    if not cut and (marked or window.ends_in_cut_mark(found.end)):
+        return True
+    try:
+        return bool(cut) and pattern.cut_at(window.text(), found.start, found.end + len(cut), MATCH_TIMEOUT)
+    except TimeoutError:
+        return False
+
+
 class _LooseWindow:
     """The lines around a candidate, in the loose form, read as far as they are needed."""
 
@@ -1198,6 +1260,17 @@ class _LooseWindow:
                 return form[end - position :], bool(SENTENCE_END.search(self.texts[index]))
             position += len(form)
         return "", False
+
+    def ends_in_cut_mark(self, end: int, after_number: bool = False) -> bool:
+        """The line that holds `end` ends in the mark a viewer leaves where it cut ("9.3...":
+        the loose form keeps no lone dots); after_number: the mark follows a number."""
+        position = 0
+        for index, form in enumerate(self.forms):
+            if end <= position + len(form):
+                mark = CUT_MARK.search(self.texts[index])
+                return mark is not None and (not after_number or number_cut_at(self.texts[index], mark.start()))
+            position += len(form)
+        return False
 
     def rest_of_sentence(self, end: int) -> str:
         """The loose form of what follows `end` up to the end of its sentence, over the lines
