@@ -92,6 +92,8 @@ ASCII_RUN = re.compile(r"[\x00-\x7f]*")
 # The mark a viewer, a chat or a tool leaves where it cut a line, as printed: "is lar…",
 # "(9.3...", "1... [truncated]" (TRUNCATED: the same marks in the loose form, which keeps no
 # lone dots).
+MARK_STARTS = frozenset(" \t.\u2026[(<")  # the characters a cut mark (after its blanks) starts with
+MARK_SPAN = 40  # a cut mark is looked for in this much of a line's end: a search of whole lines cost every metrics line
 CUT_MARK = re.compile(
     r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
 )
@@ -144,7 +146,7 @@ def _cut_end(text: str) -> int:
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1
-    mark = CUT_MARK.search(text, 0, end) if end and not text[end - 1].isalnum() else None
+    mark = _cut_mark(text, end) if end and not text[end - 1].isalnum() else None
     if mark:
         end = mark.start()
     last = text[end - 1 : end]
@@ -648,7 +650,8 @@ class Matcher:
         reading that ran on into the next record goes. A fact the line read whole is not read
         again. consumed: the last line taken before this candidate; the lines a dropped reading
         took are free again."""
-        span = lines.record_span(self.skip_marker_texts)
+        one_line = lines.parts(0).level is not None and not lines.next_may_continue()  # (a server's log: most lines)
+        span = (0, 0) if one_line else lines.record_span(self.skip_marker_texts)
         if span is None:
             return events
         first, last = span
@@ -1157,11 +1160,23 @@ def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: i
     return False
 
 
+def _cut_mark(text: str, end: int) -> Any:
+    """The cut mark text[:end] ends in, if any (a metrics line ends in '%': no regex for it)."""
+    start = max(0, end - MARK_SPAN)
+    tail = text[start:end]
+    if ".." not in tail and "\u2026" not in tail and "trunc" not in tail.lower() and "cut" not in tail.lower():
+        return None
+    return CUT_MARK.search(text, start, end)
+
+
 def number_cut_at(text: str, end: int) -> bool:
     """A number ends at `end` and the line's cut mark follows it, spaces or a separator between
     or not ("limit of 4…", "from 0.…", "size: 485,…", "has 1 [truncated]"): its digits so far
     may not be all of it."""
-    return CUT_MARK.match(text, end) is not None and text[:end].rstrip(" .,")[-1:].isdigit()
+    if text[end : end + 1] not in MARK_STARTS:
+        return False  # (nearly every match: it ends the line or goes on with its message)
+    return _cut_mark(text, len(text)) is not None and CUT_MARK.match(text, end) is not None \
+        and text[:end].rstrip(" .,")[-1:].isdigit()
 
 
 def _without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, str | None]:
@@ -1285,7 +1300,8 @@ class _LooseWindow:
         position = 0
         for index, form in enumerate(self.forms):
             if end <= position + len(form):
-                mark = CUT_MARK.search(self.texts[index])
+                text = self.texts[index]
+                mark = _cut_mark(text, len(text))
                 return mark is not None and (not after_number or number_cut_at(self.texts[index], mark.start()))
             position += len(form)
         return False
