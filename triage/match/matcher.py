@@ -1164,7 +1164,7 @@ def _cut_mark(text: str, end: int) -> Any:
     """The cut mark text[:end] ends in, if any (a metrics line ends in '%': no regex for it)."""
     start = max(0, end - MARK_SPAN)
     tail = text[start:end]
-    if ".." not in tail and "\u2026" not in tail and "trunc" not in tail.lower() and "cut" not in tail.lower():
+    if ".." not in tail and "\u2026" not in tail and not ("trunc" in (lowered := tail.lower()) or "cut" in lowered):
         return None
     return CUT_MARK.search(text, start, end)
 
@@ -1297,14 +1297,9 @@ class _LooseWindow:
     def ends_in_cut_mark(self, end: int, after_number: bool = False) -> bool:
         """The line that holds `end` ends in the mark a viewer leaves where it cut ("9.3...":
         the loose form keeps no lone dots); after_number: the mark follows a number."""
-        position = 0
-        for index, form in enumerate(self.forms):
-            if end <= position + len(form):
-                text = self.texts[index]
-                mark = _cut_mark(text, len(text))
-                return mark is not None and (not after_number or number_cut_at(self.texts[index], mark.start()))
-            position += len(form)
-        return False
+        text = self.texts[self.lines_of(end, end)[1] - self.first]
+        mark = _cut_mark(text, len(text))
+        return mark is not None and (not after_number or number_cut_at(text, mark.start()))
 
     def rest_of_sentence(self, end: int) -> str:
         """The loose form of what follows `end` up to the end of its sentence, over the lines
