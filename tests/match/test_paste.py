@@ -54,11 +54,10 @@ KNOWN_GAPS = {
     "requote": set(),
     "paraphrase": set(),
     "pairs": set(),
-    # a cut inside the clauses a pattern skips (a list of keys, the metrics between Waiting and
-    # the KV usage, an exception's detail) or right after a sentence's dot is not told apart
-    # from prose written after the message, nor a cut inside words a paraphrase may replace
-    # ("with the model's m"); these examples have such cut points
-    "cut-anywhere": {"VT406-0", "VT406-1", "VT301-1", "VT303-1", "VT303-2", "VT304-1", "VT206-2", "VT206-3", "VT201-4"},
+    # VT206's patterns skip the clauses vLLM prints between their head and their numbers with
+    # ".*?": a cut inside them with no viewer's mark is not told from the writer's prose after
+    # the head (the exact pattern takes any text there too); these two have such cut points
+    "cut-anywhere": {"VT206-2", "VT206-3"},
 }
 # the examples every pair of damages is drawn from (a cut anywhere is not one of the pairs' damages)
 SOUND = [case for case, name in zip(CASES, IDS, strict=True)
@@ -519,6 +518,13 @@ DECOYS = [
     "我把 max_model_len 设成了 32768，gpu_memory_utilization 是 0.9，这样可以吗？",
     # a message's head and numbers in a question: not a message cut inside the clauses it skips
     "My server shows Running: 5 reqs, Waiting: 3 reqs, is that bad?",
+    "My server shows Running: 5 reqs, Waiting: 3 reqs, is that bad",
+    # a head, then the writer's words where the text ends as a cut would leave it: after the
+    # head's sentence, in a clause the pattern skips whatever it holds, inside other glue
+    "The model's config.json does not contain any of the keys to determine the original maximum length of the "
+    "model. Any idea why",
+    "CUDA out of memory occurred when warming up pooler and I do not know why",
+    "To serve at least one request with the model's memory, what do I need",
     # a prompt quoting a vLLM message, in vLLM's request log (wrapped too)
     "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-1: prompt: 'Why does vLLM say This model's "
     "maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in "

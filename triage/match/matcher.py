@@ -101,6 +101,7 @@ CUT_MARK = re.compile(
 # own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
 # whether it cuts a message short beside one read whole on it.
 OPEN_END = ",:;([-_"
+NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
 NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findings are another message beside a reading
 # A fact's message wrapped over lines is read whole: its lines joined from the one with the
 # logger's prefix to the last line before the next record (vLLM's engine config line and its
@@ -838,7 +839,8 @@ class Matcher:
             except TimeoutError:
                 self._timed_out(target.rule.code, target.pattern.id, f"{source}:{lines.line_no}", cursor)
                 continue
-            if found is not None and not found.complete and not self._stops_as_pasted(found, window, pattern):
+            if found is not None and not found.complete and not self._stops_as_pasted(found, window, pattern) \
+                    and not _cut_as_printed(found, window, target):
                 continue
             if found is None or found.recased and window.follows_word(found.start):
                 continue
@@ -1221,6 +1223,37 @@ def _cut_inside(found: LooseMatch, window: _LooseWindow, pattern: LoosePattern, 
         return False
 
 
+def _cut_as_printed(found: LooseMatch, window: _LooseWindow, target: _Target) -> bool:
+    """The text ends inside the message as vLLM prints it: where the loose form cannot tell a
+    cut from prose written after a message (inside the clauses a pattern skips, right after a
+    sentence's dot, inside words a paraphrase may replace), the exact pattern reads the text
+    as printed up to the cut and wants more. Only where the text really ends: at a viewer's
+    mark, or, with none, at another record, a blank line or the input's end, and then not in
+    a clause that takes any text (".*?": prose written after the head reads as well there).
+    A question or prose in another script after where the loose form stopped is the writer's."""
+    first, last = window.lines_of(found.start, found.end)
+    whole = window.original(first, last, found.start)
+    unread = window.unread(found.end)
+    read = whole[: len(whole) - len(unread)]
+    unread = unread.rstrip()
+    mark = _cut_mark(unread, len(unread))
+    unread = unread[: mark.start()].rstrip() if mark else unread
+    if any(c in "?!" or not c.isascii() for c in unread) or not mark and not window.ends_text(found.end):
+        return False
+    search = functools.partial(target.pattern.compiled.search, partial=True, timeout=MATCH_TIMEOUT)
+    try:
+        if not _reads_on(search(read + unread), read) or not mark and _reads_on(search(read + NO_TEXT), read):
+            return False
+    except TimeoutError:
+        return False
+    return True
+
+
+def _reads_on(match: Any, text: str) -> bool:
+    """The exact pattern read the text from its head to its end and wants more."""
+    return match is not None and match.partial and not text[: match.start()].strip(QUOTES + " ")
+
+
 class _LooseWindow:
     """The lines around a candidate, in the loose form, read as far as they are needed."""
 
@@ -1300,6 +1333,11 @@ class _LooseWindow:
         text = self.texts[self.lines_of(end, end)[1] - self.first]
         mark = _cut_mark(text, len(text))
         return mark is not None and (not after_number or number_cut_at(text, mark.start()))
+
+    def unread(self, end: int) -> str:
+        """The text as read after `end` on its line."""
+        index = self.lines_of(end, end)[1] - self.first
+        return self.texts[index][self._raw_start(index, end) :]
 
     def rest_of_sentence(self, end: int) -> str:
         """The loose form of what follows `end` up to the end of its sentence, over the lines
