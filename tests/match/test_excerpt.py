@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.match.matcher import MAX_EXCERPT, excerpt
+from triage.match.fields import MAX_EXCERPT, excerpt
 
 WORDS = st.lists(st.sampled_from(["KV", "cache", "(5.0", "GiB", "memory).", "tokens", "is", "43488.", "`gpu_memory_utilization`"]),
                  min_size=1, max_size=400)

@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from triage.cli import main
-from triage.match.matcher import MAX_EXCERPT, Matcher
+from triage.match.fields import MAX_EXCERPT
+from triage.match.matcher import Matcher
 from triage.report.redact import MASK, redact, redact_result, redact_value
 from triage.report import ScanResult, format_names
 from triage.rules.ruleset import load_rules

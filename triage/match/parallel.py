@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields as dataclass_fields
 from typing import Any, BinaryIO
 
-from triage.match.matcher import CONTEXT_LINES, Matcher
+from triage.match.lines import CONTEXT_LINES
+from triage.match.matcher import Matcher
 from triage.input.reader import GZIP_MAGIC, Chunk, NotText, iter_chunks, tallied
 from triage.model import Event, Record
 

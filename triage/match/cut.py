@@ -1,0 +1,140 @@
+"""Where a pasted message was cut: the mark a viewer, a chat or a tool leaves, the end of a line cut
+open, a number that lost digits at the cut, and whether the text really ends inside a message."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING, Any
+
+from triage.match.loose import QUOTES, TRUNCATED, LooseMatch, LoosePattern
+from triage.rules.ruleset import MATCH_TIMEOUT
+
+if TYPE_CHECKING:
+    from triage.match.targets import Target
+    from triage.match.window import LooseWindow
+
+
+ASCII_RUN = re.compile(r"[\x00-\x7f]*")
+
+# The mark a viewer, a chat or a tool leaves where it cut a line, as printed: "is lar…",
+# "(9.3...", "1... [truncated]" (TRUNCATED: the same marks in the loose form, which keeps no
+# lone dots).
+MARK_STARTS = frozenset(" \t.\u2026[(<")  # the characters a cut mark (after its blanks) starts with
+MARK_SPAN = 40  # a cut mark is looked for in this much of a line's end: a search of whole lines cost every metrics line
+CUT_MARK = re.compile(
+    r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
+)
+
+# How a line that ends inside a word, a number or a clause (as a cut leaves it) may end; vLLM's
+# own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
+# whether it cuts a message short beside one read whole on it.
+OPEN_END = ",:;([-_"
+NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
+
+
+def cut_end(text: str) -> int:
+    """Where the line ends less what a paste adds after a cut (a closing quote, CJK prose,
+    blanks, the mark a viewer leaves: "…", "[truncated]"): where a message cut there ends; 0
+    when that line does not end open (OPEN_END, or a number cut at its point: "usage: 97.")."""
+    end = len(text)
+    while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
+                   or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
+        end -= 1
+    mark = cut_mark(text, end) if end and not text[end - 1].isalnum() else None
+    if mark:
+        end = mark.start()
+    last = text[end - 1 : end]
+    return end if last and (last.isalnum() or last in OPEN_END or last == "." and text[end - 2 : end - 1].isdigit()) else 0
+
+
+def cut_mark(text: str, end: int) -> Any:
+    """The cut mark text[:end] ends in, if any (a metrics line ends in '%': no regex for it)."""
+    start = max(0, end - MARK_SPAN)
+    tail = text[start:end]
+    if ".." not in tail and "\u2026" not in tail and not ("trunc" in (lowered := tail.lower()) or "cut" in lowered):
+        return None
+    return CUT_MARK.search(text, start, end)
+
+
+def number_cut_at(text: str, end: int) -> bool:
+    """A number ends at `end` and the line's cut mark follows it, spaces or a separator between
+    or not ("limit of 4…", "from 0.…", "size: 485,…", "has 1 [truncated]"): its digits so far
+    may not be all of it."""
+    if text[end : end + 1] not in MARK_STARTS:
+        return False  # (nearly every match: it ends the line or goes on with its message)
+    return cut_mark(text, len(text)) is not None and CUT_MARK.match(text, end) is not None \
+        and text[:end].rstrip(" .,")[-1:].isdigit()
+
+
+def without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, str | None]:
+    """The match ends where the line was cut (a mark follows): a value that runs up to the
+    cut has lost its further digits ("exceeds limit of 4…"), so it is not read."""
+    text, end = match.string, match.end()
+    return {name: None if value is not None and not text[match.end(name) : end].strip(" .,") else value
+            for name, value in groups.items()}
+
+
+def drop_cut_value(found: LooseMatch, window: LooseWindow) -> None:
+    """A value that runs up to where the line was cut (a mark follows: "limit of 4…") has lost
+    its further digits: it is not read."""
+    rest, _ = window.rest_of_line(found.end)
+    if (TRUNCATED.fullmatch(rest) or not rest) and window.ends_in_cut_mark(found.end, after_number=True):
+        text = window.text()
+        kept = [(name, span) for name, span in zip(found.fields, found.value_spans, strict=True)
+                if text[span[1] : found.end].strip(" .,")]
+        found.fields = {name: found.fields[name] for name, _ in kept}
+        found.value_spans = [span for _, span in kept]
+
+
+def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, rest: str) -> bool:
+    """The text ends inside the message: what follows the match on its line is the start of
+    the message's next words or number (up to prose in another script after it, or the mark a
+    viewer leaves where it cut), and no line below goes on with it."""
+    ascii_part = ASCII_RUN.match(rest).group(0)  # type: ignore[union-attr]
+    if any(c.isascii() and c.isalnum() for c in rest[len(ascii_part):]):
+        return False
+    marked = TRUNCATED.search(ascii_part)
+    cut = ascii_part[: marked.start()] if marked else ascii_part
+    if not cut and (marked or window.ends_in_cut_mark(found.end)):
+        return True
+    if not cut or found.before_gap or not window.ends_text(found.end):
+        # a line below goes on with it (wrapped there, not cut); or the rest would fall in the
+        # clauses the pattern skips, which take any text: _stops_as_pasted weighs those
+        return False
+    text, end = window.text(), found.end + len(cut)
+    try:
+        return pattern.cut_at(text, found.start, end, MATCH_TIMEOUT)
+    except TimeoutError:
+        return False
+
+
+def cut_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+    """The text ends inside the message as vLLM prints it: where the loose form cannot tell a
+    cut from prose written after a message (inside the clauses a pattern skips, right after a
+    sentence's dot, inside words a paraphrase may replace), the exact pattern reads the text
+    as printed up to the cut and wants more. Only where the text really ends: at a viewer's
+    mark, or, with none, at another record, a blank line or the input's end, and then not in
+    a clause that takes any text (".*?": prose written after the head reads as well there).
+    A question or prose in another script after where the loose form stopped is the writer's."""
+    first, last = window.lines_of(found.start, found.end)
+    whole = window.original(first, last, found.start)
+    unread = window.unread(found.end)
+    read = whole[: len(whole) - len(unread)]
+    unread = unread.rstrip()
+    mark = cut_mark(unread, len(unread))
+    unread = unread[: mark.start()].rstrip() if mark else unread
+    if any(c in "?!" or not c.isascii() for c in unread) or not mark and not window.ends_text(found.end):
+        return False
+    search = functools.partial(target.pattern.compiled.search, partial=True, timeout=MATCH_TIMEOUT)
+    try:
+        if not reads_on(search(read + unread), read) or not mark and reads_on(search(read + NO_TEXT), read):
+            return False
+    except TimeoutError:
+        return False
+    return True
+
+
+def reads_on(match: Any, text: str) -> bool:
+    """The exact pattern read the text from its head to its end and wants more."""
+    return match is not None and match.partial and not text[: match.start()].strip(QUOTES + " ")

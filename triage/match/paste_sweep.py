@@ -1,0 +1,102 @@
+"""A small input (a paste, an issue, a chat message) swept whole in the loose form, so a message whose
+every anchor the wrapping broke is still a candidate."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from triage.input.records import parse_line
+from triage.match.lines import MAX_JOIN_LINE
+from triage.match.loose import derive_all, normalise
+from triage.match.record_facts import RECORD_ROLES
+from triage.match.targets import Selection, Target
+from triage.match.window import STRING_PREFIX
+
+if TYPE_CHECKING:
+    from triage.match.matcher import Matcher
+
+
+# An input this small (one first chunk: a paste, an issue, a chat message) is also swept
+# whole in the loose form, so a message whose every anchor was broken by the wrapping is
+# still found; a server's log is larger and keeps to the anchor pass.
+PASTE_SIZE = 256 * 1024
+PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at most
+MIN_SWEPT_ANCHOR = 6  # characters a fact's anchor keeps in the loose form, at least, to be looked for in a paste
+
+
+def with_paste_sweep(
+    matcher: Matcher, data: bytes | bytearray, end: int, candidates: list[tuple[int, int, int, Selection]],
+    first_line: int = 1,
+) -> list[tuple[int, int, int, Selection]]:
+    """The candidates, and the lines of a small input where a pattern's head starts in the
+    loose form of the whole input (its lines joined), for the second try."""
+    starts, forms, position, line_no = [], [], 0, first_line
+    while position < end:
+        line_end = data.find(b"\n", position, end)
+        line_end = end if line_end < 0 else line_end
+        raw = bytes(data[position:line_end])
+        if len(raw) <= MAX_JOIN_LINE and not any(marker in raw for marker in matcher.skip_markers):
+            starts.append((position, line_end, line_no))
+            forms.append(normalise(STRING_PREFIX.sub("", parse_line(raw).text)).lower())
+        position, line_no = line_end + 1, line_no + 1
+    joined, offsets, total = "".join(forms), [], 0
+    for form in forms:
+        offsets.append(total)
+        total += len(form)
+    added: dict[int, list[Target]] = {}
+    targets = finding_targets(matcher, )
+    underived = [t.pattern.compiled.pattern for t in targets if t.loose is False]
+    if underived:
+        derived = derive_all(underived)
+        for target in targets:
+            if target.loose is False:
+                target.loose = derived[target.pattern.compiled.pattern]
+    for target in targets:
+        pattern = target.loose_form()
+        if pattern is None or not pattern.probe:
+            continue
+        at = joined.find(pattern.probe)
+        for _ in range(PASTE_HITS):
+            if at < 0:
+                break
+            added.setdefault(bisect.bisect_right(offsets, at) - 1, []).append(target)
+            at = joined.find(pattern.probe, at + 1)
+    records = swept_records(matcher, joined, offsets)
+    if not added and not records:
+        return candidates
+    listed = {candidate[2]: candidate for candidate in candidates}
+    for index in sorted(added.keys() | records.keys()):
+        start, stop, number = starts[index]
+        known = listed.get(number)
+        selection = known[3] if known is not None else Selection([], [], True)
+        loose = [*selection.loose, *(t for t in added.get(index, ()) if t not in selection.loose)]
+        facts = [*selection.records, *(t for t in records.get(index, ()) if t not in selection.records)]
+        listed[number] = (start, stop, number, replace(selection, loose=loose, records=facts))
+    return [listed[number] for number in sorted(listed)]
+
+
+def swept_records(matcher: Matcher, joined: str, offsets: list[int]) -> dict[int, list[Target]]:
+    """The lines of a small input where a fact's anchor starts in the loose form of the whole
+    input: a wrap that cut the anchor itself ("Available KV cache me" / "mory: 11.25 GiB")
+    left no line holding it. The exact pattern still reads the record."""
+    found: dict[int, list[Target]] = {}
+    for anchor, targets in matcher.targets.items():
+        facts = [t for t in targets if t.rule.kind == "fact" and t.rule.role in RECORD_ROLES]
+        probe = normalise(anchor.decode("utf-8", "replace")).lower() if facts else ""
+        if len(probe) < MIN_SWEPT_ANCHOR:
+            continue
+        at = joined.find(probe)
+        for _ in range(PASTE_HITS):
+            if at < 0:
+                break
+            line = found.setdefault(bisect.bisect_right(offsets, at) - 1, [])
+            line += [t for t in facts if t not in line]
+            at = joined.find(probe, at + 1)
+    return {index: sorted(targets, key=lambda t: (t.rule_index, t.pattern_index)) for index, targets in found.items()}
+
+
+def finding_targets(matcher: Matcher) -> list[Target]:
+    every = {(t.rule_index, t.pattern_index): t for targets in matcher.targets.values() for t in targets}
+    return [every[key] for key in sorted(every) if every[key].rule.kind == "finding"]

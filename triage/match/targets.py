@@ -1,0 +1,74 @@
+"""What the matcher tries on a candidate line (a pattern and the forms it is tried in, the
+selection a line's anchors make) and what it keeps between lines of one input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from triage.match.loose import LoosePattern, derive_loose
+from triage.model import Event
+from triage.rules.ruleset import Pattern, Rule
+
+RECENT_STARTS = 32  # lines that began an event, kept for the second try's de-duplication
+NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findings are another message beside a reading
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Line numbering and de-duplication across the chunks of one input."""
+
+    consumed_until: int = 0  # last line already used by a joined (wrapped) match
+    started: dict[int, set[tuple[str, bool]]] = field(default_factory=dict)  # recent lines that began an event: (rule, finding)
+
+    def mark(self, events: list[Event]) -> None:
+        for event in events:
+            self.started.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
+        if len(self.started) > 2 * RECENT_STARTS:
+            for line in sorted(self.started)[:-RECENT_STARTS]:
+                del self.started[line]
+
+    def began(self, event: Event) -> bool:
+        """This rule's event already began on the event's first line: the same message again."""
+        return (event.rule.code, event.rule.kind == "finding") in self.started.get(event.record.line, ())
+
+    def taken(self, first: int, last: int, code: str, shared: tuple[int, frozenset[str]] = NOT_SHARED) -> bool:
+        """Lines first..last hold the start of another finding, or of this rule: the loose form
+        must not read a message again, nor run over one (a fact inside it, a config key, may).
+        shared: a line and the findings on it that are another message beside this one."""
+        beside_line, beside = shared
+        return any(
+            finding and not (line == beside_line and seen in beside) or seen == code
+            for line in range(first, last + 1) for seen, finding in self.started.get(line, ())
+        )
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Target:
+    rule: Rule
+    rule_index: int
+    pattern: Pattern
+    pattern_index: int
+    needs: frozenset[bytes]  # anchors a line holds all of when it matches alone; empty: keywords, any one
+    builtin: bool  # a built-in pattern: tested to match alike with stdlib re
+    search: Any = None  # text -> match or None, bounded in time; made on first use
+    read_fields: Any = None  # its groupdict -> typed fields, made on its first match
+    loose: LoosePattern | None | bool = False  # its paste-tolerant form, derived on first need (None: none)
+
+    def loose_form(self) -> LoosePattern | None:
+        """Its paste-tolerant form (None: its head is too short to tell it from prose)."""
+        if self.loose is False:
+            self.loose = derive_loose(self.pattern.compiled.pattern)
+        return self.loose if isinstance(self.loose, LoosePattern) else None
+
+
+@dataclass(slots=True)
+class Selection:
+    """The patterns to try on a candidate line, from the anchors it holds."""
+
+    every: list[Target]  # any of its anchors is there: it may match a message wrapped over lines
+    alone: list[Target]  # all of its anchors are there: it may match the line on its own
+    hosted: bool  # some are request rules: a hosted API may have sent their message
+    loose: list[Target] = field(default_factory=list)  # the second try on damaged text (findings; a paste's sweep adds more)
+    records: list[Target] = field(default_factory=list)  # facts, read over their whole record when it is wrapped
