@@ -4,6 +4,7 @@ Every test points VLLM_TRIAGE_CACHE at its own tmp_path (conftest points the who
 session at a temporary folder, so no test writes to the user's ~/.cache).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -324,3 +325,107 @@ def test_a_warm_paste_sweep_reads_the_loose_forms_from_the_cache_and_finds_the_s
     assert ("VT201", 2) in {(code, line) for code, line, _ in first}
     monkeypatch.setattr(loose, "derive_loose", lambda source: pytest.fail(f"derived again: {source[:40]}"))
     assert events() == first
+
+
+def fresh_process_state(monkeypatch):
+    """What a new process has: no compiled pattern remembered (only the cache on disk)."""
+    monkeypatch.setattr(rulecache, "_compiled_here", {})
+
+
+def test_every_compiled_pattern_from_the_cache_is_the_one_its_module_compiles(cache, monkeypatch):
+    """A rule's pattern in both engines' compiled forms and every loose form, written to the
+    cache and read back in a fresh process: the very code regex and re compile, and the same
+    matches (partial ones included) on the rule's examples."""
+    import re
+
+    import regex
+
+    from triage.match import loose
+
+    wanted = []  # (source, flags, the rule's example texts)
+    for rule in load_rules().rules:
+        texts = [e.text for e in rule.examples]
+        for pattern in rule.patterns:
+            form = loose.derive_loose(pattern.compiled.pattern)
+            wanted += [(pattern.compiled.pattern, 0, texts)] + ([(form.regex, regex.IGNORECASE | regex.V0, texts)] if form else [])
+    for read in (False, True):  # writing the entries, then reading them
+        fresh_process_state(monkeypatch)
+        for source, flags, texts in wanted:
+            cached, compiled = rulecache.compiled_regex(source, flags), regex.compile(source, flags)
+            assert (cached is not compiled) == read and cached._pickled_data == compiled._pickled_data
+            for text in texts:
+                for mine, theirs in [(cached.search(text), compiled.search(text)),
+                                     (cached.search(text[:-9], partial=True), compiled.search(text[:-9], partial=True))]:
+                    assert (mine and (mine.span(), mine.groupdict(), mine.partial)) == (theirs and (theirs.span(), theirs.groupdict(), theirs.partial))
+            if not flags:
+                cached_re = rulecache.compiled_re(source)
+                assert cached_re == re.compile(source)  # equal: the same pattern, flags and compiled code
+                assert [(m := cached_re.search(t)) and m.groupdict() for t in texts] == [(m := compiled.search(t)) and m.groupdict() for t in texts]
+    assert len(entries(cache / rulecache.PER_PATTERN, "regex-")) == len({(s, f) for s, f, _ in wanted})
+    assert len(entries(cache / rulecache.PER_PATTERN, "re-")) == len({s for s, f, _ in wanted if not f})
+
+
+def test_a_compiled_entry_that_does_not_fit_is_compiled_again(cache, monkeypatch):
+    import re
+
+    import regex
+
+    source = load_rules().by_code("VT201").patterns[0].compiled.pattern
+    fresh_process_state(monkeypatch)
+    rulecache.compiled_regex(source), rulecache.compiled_re(source)
+    stored = entries(cache / rulecache.PER_PATTERN)
+    assert len(stored) == 2
+    for payload in [b"[]", b'["another pattern", 0, "", {}, {}, 0, null, 0, 0]', b'["x", 0, [], 0, {}]', b"{}"]:
+        for name in stored:
+            rulecache.write(f"{rulecache.PER_PATTERN}/{name}", payload)
+        fresh_process_state(monkeypatch)
+        assert rulecache.compiled_regex(source)._pickled_data == regex.compile(source)._pickled_data
+        assert rulecache.compiled_re(source) == re.compile(source)
+
+
+SCANNED = ["fixtures/robust/cut-short.log", "fixtures/robust/rewrapped.log", "fixtures/request-max-tokens-too-large-v0110-kubectl.log",
+           "fixtures/runs/failed-v1-multiproc-v0110-load-oom.log", "fixtures/request-you-passed-v017-terminal-wrapped.log"]
+# Counts what a scan compiles and derives of the rules' patterns, after its imports.
+COUNTING = """
+import json, sys
+from re import _compiler
+import regex._main
+from triage.match import loose
+from triage.cli import main
+import triage.cli.scan
+done = []
+def counting(module, name, kind):
+    real = getattr(module, name)
+    def wrapper(pattern, *args, **kwargs):
+        if isinstance(pattern, str):  # (bytes: the anchor pass's own)
+            done.append([kind, pattern])
+        return real(pattern, *args, **kwargs)
+    setattr(module, name, wrapper)
+counting(_compiler, "compile", "re")
+counting(regex._main, "_compile", "regex")
+counting(loose, "derive_loose", "loose")
+try: main(["scan", "--format", "json", "--fail-on", "never", *sys.argv[1:]])
+except SystemExit: pass
+print(json.dumps(done), file=sys.stderr)
+"""
+
+
+def test_a_warm_scan_compiles_no_pattern_and_derives_no_loose_form(cache):
+    """Compiling the patterns a scan meets (exact and partial, in the regex module, and in
+    stdlib re) and deriving their loose forms was most of a small scan's start-up after the
+    paste tolerance: from a warm cache a scan does none of it, and finds the same."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [os.path.join(root, name) for name in SCANNED]
+    ruleset = load_rules()
+    sources = {p.compiled.pattern for rule in ruleset.rules for p in rule.patterns}
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", COUNTING, *paths], capture_output=True, text=True, check=True)
+        return done.stdout, [(kind, pattern) for kind, pattern in json.loads(done.stderr.splitlines()[-1])
+                             if kind == "loose" or pattern in sources or kind == "regex" and "(?P<_h>)" in pattern]
+
+    cold_report, cold = run()
+    assert {kind for kind, _ in cold} == {"re", "regex", "loose"}  # the scan needs all three
+    warm_report, warm = run()
+    assert warm == []
+    assert warm_report == cold_report and '"code": "VT201"' in warm_report

@@ -91,7 +91,9 @@ class LoosePattern:
         if self.compiled is None:
             import regex
 
-            self.compiled = regex.compile(self.regex, regex.IGNORECASE | regex.V0)
+            from triage.rules.cache import compiled_regex
+
+            self.compiled = compiled_regex(self.regex, regex.IGNORECASE | regex.V0)
         return self.compiled
 
 
@@ -136,13 +138,39 @@ def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
     stored = rulecache.read_json(name)
     if isinstance(stored, dict) and stored.keys() == set(sources):
         try:
-            return {source: None if plain is None else LoosePattern(*plain) for source, plain in stored.items()}
+            return {source: _from_stored(plain) for source, plain in stored.items()}
         except TypeError:  # another shape: derived again below
             pass
     derived = {source: derive_loose(source) for source in sources}
-    rulecache.write_json(name, {source: None if loose is None else [loose.regex, loose.probe, loose.words, loose.fields]
-                                for source, loose in derived.items()})
+    rulecache.write_json(name, {source: _stored(loose) for source, loose in derived.items()})
     return derived
+
+
+def loose_form_of(source: str) -> LoosePattern | None:
+    """derive_loose(source), from the rule cache when this pattern was derived before: a
+    server's log needs the loose forms of a few patterns (a message wrapped or cut short),
+    and deriving each again at every start took a millisecond."""
+    from triage.rules import cache as rulecache
+
+    name = f"{rulecache.PER_PATTERN}/loose-{rulecache.entry_key('loose-one', source.encode())}.json"
+    stored = rulecache.read_json(name)
+    if isinstance(stored, dict) and stored.keys() == {"form"}:
+        try:
+            return _from_stored(stored["form"])
+        except TypeError:  # another shape: derived again below
+            pass
+    derived = derive_loose(source)
+    rulecache.write_json(name, {"form": _stored(derived)})
+    return derived
+
+
+def _stored(loose: LoosePattern | None) -> list | None:
+    """A loose form as JSON values, for the rule cache (what it is derived from, not compiled)."""
+    return None if loose is None else [loose.regex, loose.probe, loose.words, loose.fields]
+
+
+def _from_stored(plain: list | None) -> LoosePattern | None:
+    return None if plain is None else LoosePattern(*plain)
 
 
 def derive_loose(source: str) -> LoosePattern | None:

@@ -27,7 +27,6 @@ paste_sweep (a small input searched whole).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,6 +49,7 @@ from triage.match.second_try import read_on, second_try
 from triage.match.targets import Cursor, Selection, Target
 from triage.match.watchdog import Watchdog
 from triage.model import Event, Record
+from triage.rules import cache as rulecache
 from triage.rules.ruleset import (
     MATCH_TIMEOUT,
     Rule,
@@ -505,7 +505,7 @@ class Matcher:
         """A built-in pattern searches with stdlib re under the watchdog where it can run (the
         main thread on POSIX): two to four times quicker on a line. Others keep regex's timeout."""
         if self._watched and target.builtin:
-            target.search = WATCHDOG.bound(re.compile(target.pattern.compiled.pattern).search)
+            target.search = WATCHDOG.bound(rulecache.compiled_re(target.pattern.compiled.pattern).search)
         else:
             target.search = functools.partial(target.pattern.compiled.search, timeout=MATCH_TIMEOUT)
         return target.search

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage.match.loose import LoosePattern, derive_loose
+from triage.match.loose import LoosePattern, loose_form_of
 from triage.model import Event
 from triage.rules.ruleset import Pattern, Rule
 
@@ -59,7 +59,7 @@ class Target:
     def loose_form(self) -> LoosePattern | None:
         """Its paste-tolerant form (None: its head is too short to tell it from prose)."""
         if self.loose is False:
-            self.loose = derive_loose(self.pattern.compiled.pattern)
+            self.loose = loose_form_of(self.pattern.compiled.pattern)
         return self.loose if isinstance(self.loose, LoosePattern) else None
 
 

@@ -517,9 +517,7 @@ class LazyRegex:
         if name.startswith("__"):  # copy and pickle probe for these: not the regex's
             raise AttributeError(name)
         if self._compiled is None:
-            import regex
-
-            self._compiled = regex.compile(self.pattern)
+            self._compiled = rulecache.compiled_regex(self.pattern)
             for slot in LazyRegex.__slots__[2:]:
                 setattr(self, slot, getattr(self._compiled, slot))
         return getattr(self._compiled, name)
