@@ -524,6 +524,8 @@ DECOYS = [
     "The model's config.json does not contain any of the keys to determine the original maximum length of the "
     "model. Any idea why",
     "CUDA out of memory occurred when warming up pooler and I do not know why",
+    "CUDA graph memory profiling will be enabled by default in v0.19 and I wonder what changes",
+    "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). So I set it to 1",
     "To serve at least one request with the model's memory, what do I need",
     # a prompt quoting a vLLM message, in vLLM's request log (wrapped too)
     "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-1: prompt: 'Why does vLLM say This model's "

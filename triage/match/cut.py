@@ -30,6 +30,7 @@ CUT_MARK = re.compile(
 # own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
 # whether it cuts a message short beside one read whole on it.
 OPEN_END = ",:;([-_"
+PROSE_AFTER = re.compile("[^\\x00-\\x7f\u2026]")  # the first character of another script (not a cut's "…")
 NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
 
 
@@ -121,10 +122,13 @@ def cut_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bo
     whole = window.original(first, last, found.start)
     unread = window.unread(found.end)
     read = whole[: len(whole) - len(unread)]
-    unread = unread.rstrip()
+    prose = PROSE_AFTER.search(unread)  # the writer's words in another script after the cut
+    if prose and any(c.isascii() and c.isalnum() for c in unread[prose.start() :]):
+        return False
+    unread = unread[: prose.start() if prose else len(unread)].rstrip()
     mark = cut_mark(unread, len(unread))
     unread = unread[: mark.start()].rstrip() if mark else unread
-    if any(c in "?!" or not c.isascii() for c in unread) or not mark and not window.ends_text(found.end):
+    if any(c in "?!" for c in unread) or not mark and not window.ends_text(found.end):
         return False
     search = functools.partial(target.pattern.compiled.search, partial=True, timeout=MATCH_TIMEOUT)
     try:

@@ -110,6 +110,7 @@ class LooseMatch:
     before_gap: bool  # it stopped where a gap begins: what follows on the line may be the clauses it skips
     value_spans: list[tuple[int, int]]  # where its named values are in the text
     recased: bool  # its first letter is not in the case vLLM prints it ("this model's ...", "MAX_NUM_...")
+    free_gap: bool  # that gap takes any text (".*?", "[^.]*?"), not clauses of a form ("Name: value, ")
 
 
 def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
@@ -126,7 +127,8 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
     return LooseMatch(fields, match.start(), match.end(), match.end() - match.start() - soft,
                       groups.get("_end") is not None, groups.get("_v") is not None,
                       groups.get("_n") is not None or groups.get("_v") is not None, match.end("_h"),
-                      groups.get("_g") is not None, [match.span(name) for name in fields], groups.get("_c") is not None)
+                      groups.get("_g") is not None, [match.span(name) for name in fields], groups.get("_c") is not None,
+                      groups.get("_a") is not None)
 
 
 def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
@@ -224,7 +226,7 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
     (".*?", "[^.]*", a skipped clause) goes with the step after it: alone, an optional gap
     would take nothing (or everything) and end the chain there, before the values."""
     steps: list[tuple[str, int, str]] = []
-    index, gap = 0, ""
+    index, gap, free = 0, "", False
     while index < len(segments):
         piece = _emit_segment(segments[index], emitter)
         following = segments[index + 1] if index + 1 < len(segments) else None
@@ -234,25 +236,35 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
             cut = emitter.cut_branch(following[1])
             steps.append((gap + glue + _emit_segment(following, emitter), emitter.holds_value(following),
-                          _cut_forms(cut and gap + piece + cut, gap)))
-            index, gap = index + 2, ""
+                          _cut_forms(cut and gap + piece + cut, gap, free)))
+            index, gap, free = index + 2, "", False
             continue
         holds = 0 if segments[index][0] else emitter.holds_value(segments[index])
         if not holds and (gap or _holds_any(segments[index])):
             gap += piece  # up to the next value: "(?:GPU|CPU) " alone after a gap is found inside any word
+            free = free or _takes_any(segments[index])
         elif piece:
             steps.append((piece, holds, "" if segments[index][0] else emitter.cut_branch(segments[index][1])))
         index += 1
     if gap:
-        steps.append((gap, 0, _cut_forms("", gap)))
+        steps.append((gap, 0, _cut_forms("", gap, free)))
     return steps
 
 
-def _cut_forms(branch_cut: str, gap: str) -> str:
+def _cut_forms(branch_cut: str, gap: str, free: bool) -> str:
     """A step's forms when the text ends inside it: its alternation cut in a branch, and, for a
     step that starts with a gap, the chain stopping there ("_g": the line may end inside the
-    clauses the gap skips, "Waiting: 6 reqs, Preemptions: 2" of a KV usage line)."""
-    return "|".join(form for form in (branch_cut, "(?P<_g>)" if gap else "") if form)
+    clauses the gap skips, "Waiting: 6 reqs, Preemptions: 2" of a KV usage line; "_a": the gap
+    takes any text, so prose written after the head reads there as well)."""
+    stop = "(?P<_g>)(?P<_a>)" if free else "(?P<_g>)"
+    return "|".join(form for form in (branch_cut, stop if gap else "") if form)
+
+
+def _takes_any(segment: tuple[bool, Any]) -> bool:
+    """The segment is a repeat of almost any character itself (".*?", "[^.]*?"), not of clauses
+    of a form ("(?:[A-Z][\\w ]*: [^,]*, )*?", "(?:: \\[[^\\]]*\\])?")."""
+    literal, items = segment
+    return not literal and len(items) == 1 and items[0][0] in _REPEATS and _any_char(items[0][1][2])
 
 
 def _holds_any(segment: tuple[bool, Any]) -> bool:

@@ -177,9 +177,11 @@ def stops_as_pasted(found: LooseMatch, window: LooseWindow, pattern: LoosePatter
         return not any(c.isdigit() for c in following)
     # the line ends inside the clauses its pattern skips, cut after a value of theirs; CJK
     # prose after the cut is no clause of the message, unless an English sentence led into
-    # the head ("My server shows Running: 5 reqs, ...")
+    # the head ("My server shows Running: 5 reqs, ..."). A gap that takes any text takes the
+    # writer's words after the head too ("... by default in v0.19 and I wonder"): only
+    # cut_as_printed reads a cut there
     prose_after = not any(c.isascii() and c.isalnum() for c in rest) and not window.follows_word(found.start)
-    if found.before_gap and rest and not prose_after:
+    if found.before_gap and not found.free_gap and rest and not prose_after:
         return sum(c.isascii() for c in rest) <= GAP_CUT and any(c.isdigit() for c in rest)
     if found.numbers_read:  # a closing sentence (naming a lever) replaced: the text's sentence ends here too
         return not any(c.isalnum() for c in window.rest_of_sentence(found.end))
