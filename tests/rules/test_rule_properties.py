@@ -179,6 +179,9 @@ def test_pattern_returns_exactly_the_numbers_it_was_given(template, data):
         assume(not any(matcher.scan_text("cut", line[:cut]) for cut in at))
         # records.py reads a line that starts with ">" as a markdown quote and drops the ">".
         assume(not any(piece.lstrip().startswith(">") for piece in lines[1:]))
+        # Two cuts around one space leave a blank line, and a blank line ends a record for any
+        # reader (the message is then cut there): no terminal wraps a line so.
+        assume(all(piece.strip() for piece in lines))
     events = matcher.scan_text("generated", "\n".join(lines) + "\n")
     assert events, f"no match for {lines!r}"
     got = {name: events[0].fields.get(name) for name in wanted}
