@@ -103,7 +103,7 @@ def test_a_finding_is_printed_before_the_input_ends_and_the_summary_at_eof():
     added = out[out.index("== what the end of the input added =="):]
     # the end adds only what changed: the count and the run's figures, under the finding's first line
     assert added.split("\n\n")[1].startswith("VT101 context-length-exceeded")
-    assert "(x2, last at line" in added
+    assert "(2 lines, last at line" in added
     assert "It is the first of 2 requests refused alike in this run" in added
     assert "vLLM said:" not in added  # printed above already
     assert out.rstrip().endswith("1 finding (1 error) in 1 input")

@@ -1,8 +1,10 @@
 """VT301 says how many preemptions there were, not how many lines said so: the largest
 cumulative count V0's warnings printed, or the sum of V1's per-interval counts, whatever the
-order and number of the lines, in every version's format."""
+order and number of the lines, in every version's format, and so does every report format
+(the lines it stands for said as lines)."""
 
 import json
+import re
 
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from triage.cli import main
 from triage.pipeline import ScanOptions, Text, scan
+from triage.report import REPORTERS, render
 
 V0_TAIL = (
     "Sequence group {request_id} is preempted by PreemptionMode.{mode} mode because there is not enough KV cache "
@@ -100,3 +103,78 @@ def test_json_carries_the_preemptions_and_the_lines(tmp_path):
     assert found["v0.log"]["fields"]["request_id"] == "cmpl-10ff-0"  # the first line's sequence group
     assert "preemptions the metrics lines counted: 1,217, in 3 lines" in " ".join(found["v1.log"]["cause"])
     assert "count reached 101 by its last warning" in " ".join(found["v0.log"]["cause"])
+
+
+def plain(text: str) -> str:
+    """A report as a person reads it: no colour codes, box lines or wrapping (rich)."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m|[│╭╮╰╯─]", " ", text).split())
+
+
+def preemptions_said(finding) -> str:
+    """The words of VT301's cause that give the total: V0's largest count, or V1's sum."""
+    total = finding.derived["preemptions"]
+    if "cumulative_preemptions_max" in finding.derived:
+        return f"count reached {total:,} by its last warning"
+    return f"preemptions the metrics lines counted: {total:,}, in {finding.count:,} line"
+
+
+def lines_said(count: int) -> str:
+    return f"{count:,} lines" if count > 1 else ""
+
+
+def said_in_json(report: str, finding) -> None:
+    objects = [json.loads(line) for line in report.splitlines()] if report.lstrip().startswith('{"type"') \
+        else json.loads(report)["findings"]
+    [said] = [o for o in objects if o.get("code") == "VT301"]
+    assert (said["count"], said["derived"]["preemptions"]) == (finding.count, finding.derived["preemptions"])
+
+
+def said_in_sarif(report: str, finding) -> None:
+    [said] = [r for r in json.loads(report)["runs"][0]["results"] if r["ruleId"] == "VT301"]
+    assert (said["properties"]["count"], said["properties"]["derived"]["preemptions"]) == (
+        finding.count, finding.derived["preemptions"])
+    assert preemptions_said(finding) in plain(said["message"]["text"])
+
+
+def said_in_words(where: str):
+    """A format that says the cause in words and the lines where it says where the finding is."""
+    def check(report: str, finding) -> None:
+        text = plain(report)
+        assert preemptions_said(finding) in text
+        assert where.format(lines=lines_said(finding.count)) in text or finding.count == 1
+        assert f"(x{finding.count}" not in text  # the count as it was said before
+    return check
+
+
+def said_in_concise(report: str, finding) -> None:
+    [line] = [line for line in report.splitlines() if ": VT301 " in line]
+    total = finding.derived["preemptions"]
+    numbers = line.rsplit(" (", 1)[1]
+    assert numbers == f"preemptions={total}" + (f", {finding.count} lines)" if finding.count > 1 else ")")
+
+
+# How each format says the total and the lines: every format of REPORTERS has its entry.
+SAID = {
+    "text": said_in_words("({lines}, last at line"), "rich": said_in_words("({lines}, last at line"),
+    "markdown": said_in_words("({lines}, last at line"), "html": said_in_words("({lines}, last at line"),
+    "junit": said_in_words("({lines}, last at line"), "github": said_in_words("space ({lines})"),
+    "json": said_in_json, "jsonl": said_in_json, "sarif": said_in_sarif, "concise": said_in_concise,
+}
+
+
+def test_every_format_has_a_way_to_say_the_total():
+    assert set(SAID) == set(REPORTERS)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.one_of(v0_lines(), v1_lines()), st.lists(st.sampled_from(NOISE), max_size=6), st.randoms())
+def test_every_format_says_the_total_and_the_lines(matcher, drawn, noise, rng):
+    """Not the first line's count, nor the lines as a count ('x3' beside "preempted")."""
+    lines, preemptions = drawn
+    log = lines + noise
+    rng.shuffle(log)
+    result = scan([Text("server.log", ("\n".join(log) + "\n").encode())], ScanOptions(matcher=matcher))
+    [finding] = [f for f in result.findings if f.code == "VT301"]
+    assert (finding.count, finding.derived["preemptions"]) == (len(lines), preemptions)
+    for name, said in SAID.items():
+        said(render(result, name), finding)

@@ -132,8 +132,10 @@ def _json(text: str) -> dict[str, Any]:
 def scan_log(path: str, redact: bool = True) -> dict[str, Any]:
     """Scan a vLLM server log, traceback or client error log (plain or .gz) for context-length
     and KV-cache failures. Returns the JSON report: `findings` (most severe first) with code,
-    severity, source and line, the numbers read from the log (`fields`), worked out
-    (`derived`) and taken from elsewhere in the run (`facts`), `cause` and `fixes`; `errors`
+    severity, source and line, `count` (the log lines merged into it), the numbers read from
+    the log (`fields`: the first line's), worked out (`derived`: the totals over all the merged
+    lines among them, as VT301's `preemptions`) and taken from elsewhere in the run (`facts`),
+    `cause` and `fixes`; `errors`
     lists what could not be read. redact (on by default) masks API keys, tokens, e-mail and
     IP addresses. Prompt text is never returned. The file is read up to 256 MiB."""
     return scan_report([regular_file(path)], redact)

@@ -55,7 +55,7 @@ def summary_line(result: ScanResult) -> str:
 def where(finding: Finding) -> str:
     text = f"{finding.source}:{finding.line}"
     if finding.count > 1 and finding.last_line:
-        text += f" (x{finding.count}, last at line {finding.last_line})"
+        text += f" ({lines_said(finding)}, last at line {finding.last_line})"
     if finding.also_at:  # the same failure printed again (a client's traceback): not another one
         lines = ", ".join(map(str, finding.also_at))
         text += f" (printed again at line{'s' if len(finding.also_at) > 1 else ''} {lines})"
@@ -66,6 +66,12 @@ def where(finding: Finding) -> str:
     elif finding.consequence_of:
         text += f" (consequence of {finding.consequence_of})"
     return text
+
+
+def lines_said(finding: Finding) -> str:
+    """How many log lines a finding stands for, said as lines: 'x3' next to "preempted" read as
+    three preemptions, which the finding counts apart."""
+    return f"{finding.count:,} line{'s' if finding.count != 1 else ''}"
 
 
 def by_run(findings: Sequence[Finding]) -> list[tuple[str | None, Sequence[Finding]]]:

@@ -4,9 +4,11 @@
 
 path is relative to the working directory (as GitHub annotations and SARIF have it), line is
 at least 1, severity is error, warning or info, and the numbers are the finding's own figures
-(what vLLM printed) followed by those it took from elsewhere in its run, as plain numbers a
-flag takes (no thousands separators). The last line is the one-line summary, which starts
-with the tool's name so that no problem matcher reads it as a finding. This shape is stable:
+(what vLLM printed; a figure its rule totals over the lines the finding stands for, as V1's
+preemptions per interval, as that total) followed by those it took from elsewhere in its run,
+as plain numbers a flag takes (no thousands separators), then how many lines it stands for.
+The last line is the one-line summary, which starts with the tool's name so that no problem
+matcher reads it as a finding. This shape is stable:
 README.md ("In your editor") has the VS Code problem matcher and tests/report/test_concise.py
 checks that its regex reads every line.
 """
@@ -26,18 +28,21 @@ def render(result: ScanResult) -> str:
 
 
 def pieces(result: ScanResult) -> Iterator[str]:
+    rules = {rule.code: rule for rule in result.rules}
     for finding in ordered(result.findings):
-        yield line(finding) + "\n"
+        yield line(finding, rules.get(finding.code)) + "\n"
     for summary, _ in shown_runs(result):  # as the other formats: a paste of request errors alone has none
         yield run_line(summary) + "\n"
     yield f"{TOOL_NAME}: {summary_line(result)}\n"
 
 
-def line(finding: Finding) -> str:
+def line(finding: Finding, rule: Any = None) -> str:
+    """rule: the finding's, for the figures it totals over the finding's lines (None: a gate
+    assertion's or a check's, which totals none)."""
     text = f"{relative_path(finding.source)}:{max(finding.line, 1)}: {finding.severity}: {finding.code} {one_line(finding.title)}"
-    numbers = key_numbers(finding)
+    numbers = key_numbers(finding, rule)
     if finding.count > 1:
-        numbers.append(f"x{finding.count}")
+        numbers.append(f"{finding.count} lines")
     return f"{text} ({', '.join(numbers)})" if numbers else text
 
 
@@ -70,10 +75,29 @@ RUN_FIGURES = (
 )
 
 
-def key_numbers(finding: Finding) -> list[str]:
-    """name=value for each number the finding holds: its own, then its run's facts."""
-    figures = {**finding.fields, **{name: value for name, value in finding.facts.items() if name not in finding.fields}}
+def key_numbers(finding: Finding, rule: Any = None) -> list[str]:
+    """name=value for each number the finding holds: its own, then its run's facts. A field
+    its rule totals is one line's (the first): the numbers over all its lines stand instead."""
+    totalled, over_lines = totalled_fields(rule)
+    own = {name: value for name, value in finding.fields.items() if name not in totalled}
+    own.update((name, finding.derived[name]) for name in over_lines if name in finding.derived)
+    figures = {**own, **{name: value for name, value in finding.facts.items() if name not in own}}
     return [f"{name}={plain_number(value)}" for name, value in figures.items() if is_number(value)]
+
+
+def totalled_fields(rule: Any) -> tuple[set[str], list[str]]:
+    """The fields a rule totals over a finding's lines, and the names that say the totals: its
+    derived numbers that read them (VT301's preemptions), else the totals themselves."""
+    totals = getattr(rule, "totals", None)
+    if not totals:
+        return set(), []
+    reading = set(totals)
+    over_lines = []
+    for name, expression in rule.derived.items():  # in order: a number may read one derived before it
+        if expression.names & reading:
+            over_lines.append(name)
+            reading.add(name)
+    return {field for _, field in totals.values()}, over_lines or list(totals)
 
 
 def is_number(value: Any) -> bool:

@@ -8,7 +8,7 @@ $GITHUB_STEP_SUMMARY is the markdown format; the CLI appends it.
 
 from __future__ import annotations
 
-from triage.report import TOOL_NAME, ScanResult, ordered, relative_path, summary_line
+from triage.report import TOOL_NAME, ScanResult, lines_said, ordered, relative_path, summary_line
 from triage.report.runs import RunSections, shown_runs
 from triage.report.sections import laid_out
 from triage.model import Finding, RunSummary
@@ -59,5 +59,5 @@ def command(name: str, source: str, line: int, title: str, text: str) -> str:
 def message(finding: Finding) -> str:
     lines = [f"{finding.name}: {finding.title}"]
     if finding.count > 1:
-        lines[0] += f" (x{finding.count})"
+        lines[0] += f" ({lines_said(finding)})"
     return "\n".join(lines + laid_out(finding, MESSAGE_LAYOUT))
