@@ -21,7 +21,6 @@ written is skipped silently.
 
 from __future__ import annotations
 
-import binascii
 import contextlib
 import importlib.util
 import json
@@ -130,6 +129,8 @@ def compiled_regex(pattern: str, flags: int = 0) -> Any:
 def _plain_regex(data: tuple) -> list | None:
     """A compiled regex's pickled data as JSON values (its code, bytes, in base64); None
     if it holds anything else (named lists: none of ours do)."""
+    import binascii
+
     source, flags, code, group_index, index_group, named_lists, named_list_indexes, *rest = data
     if named_lists or named_list_indexes or not isinstance(code, bytes) or len(rest) != 4:
         return None
@@ -141,6 +142,8 @@ def _restored_regex(plain: Any, pattern: str) -> Any:
     if not isinstance(plain, list) or len(plain) != 9 or plain[0] != pattern:
         return None
     source, flags, code, group_index, index_group, req_offset, req_chars, req_flags, group_count = plain
+    import binascii
+
     from regex import _regex
 
     try:
