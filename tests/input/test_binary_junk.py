@@ -114,7 +114,11 @@ def test_junk_at_random_points_hides_no_finding_whose_lines_are_intact(matcher, 
                             for n in junk_lines)
                  and not (event[1] - 1 in junk_lines and event[0] >= "VT9" and parse_line(rows[event[1] - 1]).level is None)}
     with_junk = events_of(matcher, text)
-    assert reference <= with_junk, sorted(reference - with_junk)
+    # (a message the blanked line cut short is read on through the junk-touched line: the same
+    # rule on the same first line, over more lines, with every number the cut reading had)
+    missed = [event for event in reference if not any(
+        found[:2] == event[:2] and found[2] >= event[2] and set(event[3]) <= set(found[3]) for found in with_junk)]
+    assert not missed, missed
     warnings = [JUNK_WARNING.match(e) for e in warnings_of(text) if "not text" in e]
     lines, size = not_text_oracle(text)
     if lines:
