@@ -22,6 +22,7 @@ ASCII_RUN = re.compile(r"[\x00-\x7f]*")
 # lone dots).
 MARK_STARTS = frozenset(" \t.\u2026[(<")  # the characters a cut mark (after its blanks) starts with
 MARK_SPAN = 40  # a cut mark is looked for in this much of a line's end: a search of whole lines cost every metrics line
+MARK_HINT = re.compile("\\.\\.|\u2026|trunc|cut", re.IGNORECASE)  # what every cut mark holds: most lines hold none
 CUT_MARK = re.compile(
     r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
 )
@@ -52,8 +53,7 @@ def cut_end(text: str) -> int:
 def cut_mark(text: str, end: int) -> Any:
     """The cut mark text[:end] ends in, if any (a metrics line ends in '%': no regex for it)."""
     start = max(0, end - MARK_SPAN)
-    tail = text[start:end]
-    if ".." not in tail and "\u2026" not in tail and not ("trunc" in (lowered := tail.lower()) or "cut" in lowered):
+    if MARK_HINT.search(text, start, end) is None:
         return None
     return CUT_MARK.search(text, start, end)
 

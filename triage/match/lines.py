@@ -188,6 +188,7 @@ class Lines:
         self.limit = len(buffer) if limit < 0 else limit  # the buffer's lines end here
         self.more = more  # the input may go on past the buffer's end (False: it ends there)
         self._parsed: dict[int, LineParts | None] = {}
+        self._next_may_continue: bool | None = None
 
     def _bounds(self, offset: int) -> tuple[int, int] | None:
         start, end = self.start, self.end
@@ -344,8 +345,10 @@ class Lines:
 
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
-        start = self.end + 1
-        return start < self.limit and NEW_RECORD.match(self.buffer, start, self.limit) is None
+        if self._next_may_continue is None:
+            start = self.end + 1
+            self._next_may_continue = start < self.limit and NEW_RECORD.match(self.buffer, start, self.limit) is None
+        return self._next_may_continue
 
     def context_text(self, skip_markers: list[str]) -> str:
         """The lines around the candidate, less request-log lines (a prompt may name any host)."""

@@ -39,7 +39,7 @@ from triage.match.anchors import (
     needs_keywords,
     strong_anchor,
 )
-from triage.match.cut import number_cut_at, without_cut_value
+from triage.match.cut import cut_end, number_cut_at, without_cut_value
 from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import CONTEXT_LINES, History, Lines, around, end_of_first_lines, joins, lines_after, start_of_last_lines
@@ -355,6 +355,34 @@ class Matcher:
         consumed = cursor.consumed_until
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
                                   lines.digits_at(1))
+        if events and self._read_whole(lines, selection, events):
+            read = {event.rule.code for event in events}
+            records = [target for target in selection.records if target.rule.code not in read]
+            if records:
+                events = match_records(self, source, lines, records, events, cursor, consumed)
+        else:
+            events = self._read_around(source, lines, selection, events, cursor, consumed)
+        self._mark_hosted(events, lines, selection)
+        cursor.mark(events)
+        return events
+
+    @staticmethod
+    def _read_whole(lines: Lines, selection: Selection, events: list[Event]) -> bool:
+        """The exact patterns read the line whole, as a line of a server's log is (nearly every
+        candidate): it has a logger's prefix, the next line starts a record of its own, and a
+        finding read on it leaves no other rule cut short by the line's end (it ends closed).
+        Then no message goes on below it, and the second try has nothing to read beside."""
+        if lines.parts(0).level is None or lines.next_may_continue():
+            return False
+        return not selection.loose or any(event.rule.kind == "finding" for event in events) and not cut_end(lines.parts(0).text)
+
+    def _read_around(
+        self, source: str, lines: Lines, selection: Selection, events: list[Event], cursor: Cursor, consumed: int
+    ) -> list[Event]:
+        """The line's events when its lines around may hold more of them: a message wrapped onto
+        the next lines, one the line's end cuts short, one damaged for the exact patterns, or a
+        fact's record wrapped over lines."""
+        parts = lines.parts(0)
         targets = selection.every
         if not events:
             if targets:
@@ -375,8 +403,6 @@ class Matcher:
         records = record_targets(self, selection, events)
         if records:
             events = match_records(self, source, lines, records, events, cursor, consumed)
-        self._mark_hosted(events, lines, selection)
-        cursor.mark(events)
         return events
 
     def targets_on(
