@@ -1,18 +1,21 @@
 """The run summary of a startup log pasted re-wrapped or cut (issue 15): every fixture that
 states facts, hard-wrapped at 80 to 160 columns as a terminal or a web page does (mid-word,
 mid-number; the continuation lines bare, indented, or carrying the line's collector and
-process prefix again, as docker, journald and vLLM's process tags print them), says what
-the unwrapped log says: the same facts, from the same lines, and no value takes text of the
-record after it. A fact line cut short keeps the fields printed before the cut and reads
+process prefix again, as docker, journald, kubectl --prefix and vLLM's process tags print
+them), read whole or handed over in pieces as a pipe does, says what the unwrapped log says:
+the same facts, from the same lines, and no value takes text of the record after it. A fact line cut short keeps the fields printed before the cut and reads
 none it did not print.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from collections import defaultdict
+from contextlib import nullcontext
 from functools import cache
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -27,7 +30,10 @@ RULES = load_rules()
 MATCHER = pipeline.make_matcher(pipeline.ScanOptions(RULES))
 FACT_FIELDS = {name for rule in RULES.rules if rule.kind == "fact" for p in rule.patterns for name in p.fields}
 WIDTHS = range(80, 161, 4)
-STYLES = 3  # bare, indented, the line's prefix again
+STYLES = 4  # bare, indented, the line's prefix again, kubectl's prefix on every line
+KUBECTL = re.compile(r"\[pod/[^/\]]+/[^\]]+\] ")  # kubectl logs --prefix: "[pod/<name>/<container>] "
+POD = "[pod/vllm-qwen-5c7d9f8b6-k2p4x/vllm] "
+PIECE = 512  # bytes a pipe hands over at once, more by the width: the seams fall all over the records
 CUTS = 9  # places each fact line is cut at
 TOKEN = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|.", re.S)
 
@@ -37,17 +43,43 @@ def log_lines(path: Path) -> tuple[str, ...]:
                  if not line.startswith(MARKER_PREFIX.decode()))
 
 
+class Pipe(io.RawIOBase):
+    """The text as a pipe hands it over: `piece` bytes a read at most."""
+
+    def __init__(self, data: bytes, piece: int):
+        self.data, self.piece, self.at = data, piece, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = min(len(buffer), self.piece, len(self.data) - self.at)
+        buffer[:size] = self.data[self.at : self.at + size]
+        self.at += size
+        return size
+
+
+def piped(piece: int):
+    """pipeline.open_path for a Text that comes through a pipe (scan - with a json report: not live)."""
+    def open_path(path, follow, on_wait=None):
+        return path.name, io.BufferedReader(Pipe(path.data, piece), buffer_size=piece)
+    return mock.patch.object(pipeline, "open_path", open_path)
+
+
 @cache
-def scanned(lines: tuple[str, ...]) -> tuple[list, dict[int, list]]:
-    """The run summaries, and the fact events by the line they start on."""
+def scanned(lines: tuple[str, ...], piece: int | None = None) -> tuple[list, dict[int, list]]:
+    """The run summaries, and the fact events by the line they start on. piece: the bytes a
+    pipe hands over at once (None: held in memory, as a paste to the MCP server, which is
+    read in the 8 KiB that sniffing peeked, then the rest)."""
     events: dict[int, list] = defaultdict(list)
 
     def take(event, run) -> None:
         if event.rule.kind == "fact" and event.rule.role in (None, "ready"):  # what a run keeps as facts
             events[event.record.line].append(event)
 
-    result = pipeline.scan([pipeline.Text("log", "\n".join(lines).encode())],
-                           pipeline.ScanOptions(RULES, matcher=MATCHER, on_event=take))
+    with piped(piece) if piece else nullcontext():
+        result = pipeline.scan([pipeline.Text("log", "\n".join(lines).encode())],
+                               pipeline.ScanOptions(RULES, matcher=MATCHER, on_event=take))
     return [run.summary for run in result.runs.get("log", [])], dict(events)
 
 
@@ -82,13 +114,22 @@ def columns(line: str, width: int) -> list[str]:
     return [*pieces, piece]
 
 
+def kubectl(line: str) -> str:
+    """The line as kubectl logs --prefix prints it (one that has the prefix already keeps it)."""
+    return line if not line or KUBECTL.match(line) else POD + line
+
+
 def wrap(lines: tuple[str, ...], width: int, style: int) -> tuple[tuple[str, ...], list[int]]:
     """Every line hard-wrapped at `width` (style 0: bare continuation lines, 1: indented, 2: each
-    line under the original's prefixes); and for each line of the result, its original line."""
+    line under the original's prefixes, 3: each line under kubectl's prefix); and for each line
+    of the result, its original line."""
     out, origin = [], []
     for number, line in enumerate(lines, 1):
-        lead = ("", "    ", lead_of(line))[style]
-        if style == 2:  # the collector or vLLM prefixes each printed line: the text after it is wrapped
+        if style == 3:
+            line = kubectl(line)
+        pod = KUBECTL.match(line)
+        lead = ("", "    ", lead_of(line), pod.group() if pod else "")[style]
+        if style >= 2:  # the collector or vLLM prefixes each printed line: the text after it is wrapped
             pieces = [lead + piece for piece in columns(line[len(lead) :], width)]
         else:
             pieces = [piece if index == 0 else lead + piece for index, piece in enumerate(columns(line, width))]
@@ -97,12 +138,12 @@ def wrap(lines: tuple[str, ...], width: int, style: int) -> tuple[tuple[str, ...
     return tuple(out), origin
 
 
-def facts_of(lines: tuple[str, ...], origin: list[int] | None = None) -> list[dict]:
+def facts_of(lines: tuple[str, ...], origin: list[int] | None = None, piece: int | None = None) -> list[dict]:
     """Each run's facts, with the original line each was read from."""
     def where(line: int) -> int:
         return origin[line - 1] if origin else line
     return [{name: (value, where(summary.fact_lines[name]) if name in summary.fact_lines else None)
-             for name, value in summary.facts.items()} for summary in scanned(lines)[0]]
+             for name, value in summary.facts.items()} for summary in scanned(lines, piece)[0]]
 
 
 @pytest.mark.parametrize("name", sorted(FACT_LOGS))
@@ -110,14 +151,15 @@ def test_every_wrap_width_keeps_the_run_summary_facts_and_their_lines(name):
     lines = FACT_LOGS[name]
     expected = facts_of(lines)
     for index, width in enumerate(WIDTHS):
-        style = index % STYLES
+        # each style in turn, and each style with both readers: in memory, and a pipe's pieces
+        style, piece = (index + 1) % STYLES, PIECE + 331 * index if index // STYLES % 2 else None
         wrapped, origin = wrap(lines, width, style)
-        got = facts_of(wrapped, origin)
-        assert len(got) == len(expected), (name, width, style)
+        got = facts_of(wrapped, origin, piece)
+        assert len(got) == len(expected), (name, width, style, piece)
         for run, (want, have) in enumerate(zip(expected, got, strict=True)):
             lost = {k: v for k, v in want.items() if have.get(k) != v}
             extra = {k: v for k, v in have.items() if k not in want}
-            assert not lost and not extra, f"{name} at {width} columns, style {style}, run {run + 1}: " \
+            assert not lost and not extra, f"{name} at {width} columns, style {style}, pieces {piece}, run {run + 1}: " \
                                            f"lost or changed {lost}, read {extra}, got {[have.get(k) for k in lost]}"
 
 

@@ -43,7 +43,7 @@ from triage.match.cut import cut_end, number_cut_at, without_cut_value
 from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import CONTEXT_LINES, History, Lines, around, end_of_first_lines, joins, lines_after, start_of_last_lines
-from triage.match.paste_sweep import PASTE_SIZE, with_paste_sweep
+from triage.match.paste_sweep import PASTE_SIZE, whole_paste, with_paste_sweep
 from triage.match.record_facts import RECORD_ROLES, match_records, record_targets, taken_records
 from triage.match.second_try import read_on, second_try
 from triage.match.targets import Cursor, Selection, Target
@@ -151,7 +151,7 @@ class Matcher:
         pending: list[_Pending] = []  # candidates at the end of the last chunk
         line_no: int | None = None
         read = 0  # bytes so far: a pipe hands a paste over in pieces of a few kilobytes
-        for chunk in chunks:
+        for chunk in whole_paste(chunks, self.live):
             if line_no is None:
                 line_no = first = chunk.first_line
             if pending:

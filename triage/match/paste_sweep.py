@@ -4,9 +4,11 @@ every anchor the wrapping broke is still a candidate."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from triage.input.reader import Chunk
 from triage.input.records import parse_line
 from triage.match.lines import MAX_JOIN_LINE
 from triage.match.loose import derive_all, normalise
@@ -24,6 +26,36 @@ if TYPE_CHECKING:
 PASTE_SIZE = 256 * 1024
 PASTE_HITS = 64  # places one pattern's head is looked at in such an input, at most
 MIN_SWEPT_ANCHOR = 6  # characters a fact's anchor keeps in the loose form, at least, to be looked for in a paste
+
+
+def whole_paste(chunks: Iterable[Chunk], live: bool) -> Iterator[Chunk]:
+    """The chunks, with a paste's (an input of at most PASTE_SIZE from its first line) joined
+    into one. The reader hands a pipe's or an in-memory text's bytes over in pieces (the 8 KiB
+    that sniffing peeked, then the rest), and a record wrapped across a seam between two was
+    swept by neither and read whole by no candidate: only the lines either side of a seam are
+    kept for the next piece. Live, or once the input is larger, the chunks pass as they come
+    (a server's log: one comparison a chunk)."""
+    pieces = iter(chunks)
+    held: list[bytes] = []
+    size = 0
+    passed: Chunk | None = None
+    try:
+        for passed in pieces:
+            if live or (not held and passed.first_line != 1) or size + passed.end > PASTE_SIZE:
+                break
+            held.append(bytes(passed.data[: passed.end]))  # the reader refills its buffer for the next
+            size += passed.end
+        else:
+            passed = None
+    except (Exception, KeyboardInterrupt):  # a bound or bad gzip data ended the input, or Ctrl-C: what was read is matched
+        if held:
+            yield Chunk(b"".join(held), 1)
+        raise
+    if held:
+        yield Chunk(b"".join(held), 1)
+    if passed is not None:
+        yield passed
+        yield from pieces
 
 
 def with_paste_sweep(
