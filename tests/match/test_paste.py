@@ -271,6 +271,26 @@ def test_a_cut_anywhere_keeps_the_rule_and_the_numbers_printed_whole(matcher, co
                 assert all(v in printed for v in _numbers(reading).values()), f"{code}: a cut number read from {pasted!r}: {reading}"
 
 
+WRITER_BELOW = "\nI have 2 GPUs with 80 GB of memory, 4 of them idle"
+
+
+@pytest.mark.parametrize(("code", "index", "example"), CASES, ids=IDS)
+def test_a_cut_with_a_mark_takes_no_number_from_the_writer_below(matcher, code, index, example):
+    """A viewer's mark ends the message where it stands: the writer's line below it, with
+    numbers of its own, is no wrapped rest of it, at every cut point of the property above."""
+    text = example.text.strip()
+    head = _head_end(code, text)
+    if head is None or head >= len(text):
+        pytest.skip("no loose form or nothing after its head")
+    printed = [pytest.approx(v) for event in matcher.scan_text("paste.log", text) for v in _numbers(event.fields).values()]
+    step = max(1, (len(text) - head) // CUT_POINTS)
+    for number, cut in enumerate(range(head + index % step, len(text), step)):
+        pasted = text[:cut] + CUT_MARKS[1 + number % (len(CUT_MARKS) - 1)] + WRITER_BELOW
+        for event in matcher.scan_text("paste.log", pasted):
+            assert all(v in printed for v in _numbers(event.fields).values()), \
+                f"{event.rule.code}: a number of the writer's read from {pasted!r}: {event.fields}"
+
+
 def html_source(text: str) -> str:
     """As a web page's source holds it (copied from view-source, an HTML report, a scraped issue)."""
     return html.escape(text).replace("&#x27;", "&#39;")

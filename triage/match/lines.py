@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 
 from triage.input.records import LineParts, decode, join_variants, parse_line
+from triage.match.cut import cut_mark
 from triage.match.targets import Selection, Target
 from triage.model import Event
 
@@ -315,7 +316,9 @@ class Lines:
         if (after.process or after.rank) and (after.process, after.rank) != (this.process, this.rank):
             return False  # another process's line ("[rank1]: Traceback ..." after an untagged record)
         text = after.text
-        return bool(text and text.strip()) and not self.starts_record(offset + 1) and not any(m in text for m in skip_markers)
+        if not (text and text.strip()) or self.starts_record(offset + 1) or any(m in text for m in skip_markers):
+            return False
+        return cut_mark(this.text, len(this.text)) is None  # a viewer's mark ends the record: the writer's words follow
 
     def runs_on(self, event: Event) -> bool:
         """The event's lines run on into another record (a window joined the next record's line)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from triage.input.records import LineParts
+from triage.match.cut import number_cut_at, without_cut_value
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import Lines
 from triage.match.targets import Cursor, Selection, Target
@@ -134,7 +135,10 @@ def record_groups(
         match = search(variant)
         if match is not None:
             before = variant[: match.start()]
-            readings.append((len(before) - before.count(" "), whole_groups(match, variant), variant))
+            groups = whole_groups(match, variant)
+            if number_cut_at(variant, match.end()):  # "to 6144… (truncated)" of 61440
+                groups = without_cut_value(match, groups)
+            readings.append((len(before) - before.count(" "), groups, variant))
     if readings:
         start = min(reading[0] for reading in readings)
         found = [reading for reading in readings if reading[0] == start]

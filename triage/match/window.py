@@ -56,6 +56,11 @@ class LooseWindow:
             return None
         if offset > 0 and not front and not may_continue(text):  # the writer's own prose below a cut message
             return None
+        # a line that ends in a viewer's cut mark ends its message: the line below is not its rest
+        # (the writer's words after a cut paste: "P...", "I have 2 GPUs with 80 GB")
+        above = self.texts[-1] if not front and self.texts else text if front else ""
+        if above and (offset > 0 or front) and cut_mark(above, len(above)) is not None:
+            return None
         form = normalise(STRING_PREFIX.sub("", text))
         if front:
             self.texts.insert(0, text)
