@@ -90,6 +90,13 @@ def test_ansi_colour_is_removed_before_prefixes_are_read(raw):
     parts = parse_line(raw + MESSAGE.encode())
     assert (parts.text, parts.level, parts.rank) == (MESSAGE, "INFO", "rank=1")
     assert "\x1b" not in parts.text
+    # bytes that are not UTF-8 (binary junk a process wrote) anywhere inside a colour code go with it
+    for at in (i for i, byte in enumerate(raw) if byte == 0x1B):
+        end = raw.index(b"m", at) + 1
+        for cut in range(at + 1, end):
+            for junk in (b"\x80", b"\xe4\xb8", b"\xff\xfe"):
+                damaged = parse_line(raw[:cut] + junk + raw[cut:] + MESSAGE.encode())
+                assert (damaged.text, damaged.level, damaged.rank) == (MESSAGE, "INFO", "rank=1"), (cut, junk)
 
 
 def test_cr_nul_and_invalid_utf8_never_break_a_line():

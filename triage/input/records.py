@@ -26,7 +26,8 @@ import json
 import re
 from dataclasses import dataclass
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
+# (bytes that are not UTF-8 inside a colour code, decoded to U+FFFD, go with it: they are no text)
+ANSI = re.compile(r"\x1b\ufffd*\[[0-9;?\ufffd]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
 # Control characters a process wrote into a line (binary junk): no text, dropped like NUL, so the
 # words around them are whole again ("took\x01 13.87 GiB"). Tabs, CR and ESC are handled apart.
 CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")  # C0 and C1, less tab/LF/CR/ESC
