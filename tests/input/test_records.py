@@ -1,6 +1,6 @@
 import pytest
 
-from triage.input.records import join_variants, parse_line, rank_of, unescape
+from triage.input.records import decode, join_variants, parse_line, rank_of, unescape
 
 MESSAGE = "Available KV cache memory: 9.67 GiB"
 
@@ -105,6 +105,15 @@ def test_cr_nul_and_invalid_utf8_never_break_a_line():
     assert parts.text == "model='/models/mod\ufffdle' ok"
     redrawn = parse_line(b"Loading 25%\rLoading 50%\rLoading 100%\r\n")
     assert redrawn.text == "Loading 25% Loading 50% Loading 100%"
+
+
+def test_control_bytes_inside_a_character_leave_it_whole():
+    """A process's control bytes (C0, NUL, C1 as UTF-8) between the bytes of one character:
+    dropped before the bytes are decoded, the character is whole again."""
+    line = "显存不足：GPU KV cache usage（实测）：98.6%，请帮忙看看。".encode()
+    for at in range(1, len(line)):
+        for junk in (b"\x00", b"\x01", b"\x1f", b"\x7f", b"\xc2\x80", b"\xc2\x9f"):
+            assert decode(line[:at] + junk + line[at:]) == line.decode(), (at, junk)
 
 
 def test_a_message_keeps_words_that_look_like_outer_prefixes():
