@@ -429,3 +429,16 @@ def test_a_warm_scan_compiles_no_pattern_and_derives_no_loose_form(cache):
     warm_report, warm = run()
     assert warm == []
     assert warm_report == cold_report and '"code": "VT201"' in warm_report
+
+
+def test_writing_keeps_the_newest_entries_and_lists_the_folder_once_a_process(cache, monkeypatch):
+    monkeypatch.setattr(rulecache, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(rulecache, "_pruned", {str(cache)})  # written by earlier processes, unpruned
+    for age in range(5):
+        rulecache.write(f"old-{age}.json", b"{}")
+        os.utime(cache / f"old-{age}.json", (1_000_000 + age, 1_000_000 + age))
+    monkeypatch.setattr(rulecache, "_pruned", set())  # a new process
+    rulecache.write("new-1.json", b"{}")
+    assert entries(cache) == ["new-1.json", "old-3.json", "old-4.json"]
+    rulecache.write("new-2.json", b"{}")  # at most a process's own entries beyond the limit
+    assert entries(cache) == ["new-1.json", "new-2.json", "old-3.json", "old-4.json"]
