@@ -271,13 +271,18 @@ def test_a_cut_anywhere_keeps_the_rule_and_the_numbers_printed_whole(matcher, co
                 assert all(v in printed for v in _numbers(reading).values()), f"{code}: a cut number read from {pasted!r}: {reading}"
 
 
-WRITER_BELOW = "\nI have 2 GPUs with 80 GB of memory, 4 of them idle"
+# the writer's words after a cut paste, with numbers of their own: on the line below, after
+# the mark on its line, and in another script right after the cut (a mark or none)
+WRITERS = ("\nI have 2 GPUs with 80 GB of memory, 4 of them idle", " and I have 2 GPUs with 80 GB, 4 idle?",
+           " 我用的是 2 张 A100，显存 80 GB，该怎么办？")
+CJK_WRITER, CJK_NUMBERS = "我用的是 7 张 A100，显存 96 GB，该怎么办？", (7, 96)
 
 
 @pytest.mark.parametrize(("code", "index", "example"), CASES, ids=IDS)
-def test_a_cut_with_a_mark_takes_no_number_from_the_writer_below(matcher, code, index, example):
-    """A viewer's mark ends the message where it stands: the writer's line below it, with
-    numbers of its own, is no wrapped rest of it, at every cut point of the property above."""
+def test_a_cut_takes_no_number_from_the_writer_after_it(matcher, code, index, example):
+    """A viewer's mark ends the message where it stands, and vLLM prints no word in another
+    script: the writer's words after the cut (below it, after the mark on its line, or in
+    Chinese right after the cut) give no number, at every cut point of the property above."""
     text = example.text.strip()
     head = _head_end(code, text)
     if head is None or head >= len(text):
@@ -285,9 +290,15 @@ def test_a_cut_with_a_mark_takes_no_number_from_the_writer_below(matcher, code, 
     printed = [pytest.approx(v) for event in matcher.scan_text("paste.log", text) for v in _numbers(event.fields).values()]
     step = max(1, (len(text) - head) // CUT_POINTS)
     for number, cut in enumerate(range(head + index % step, len(text), step)):
-        pasted = text[:cut] + CUT_MARKS[1 + number % (len(CUT_MARKS) - 1)] + WRITER_BELOW
+        for writer in WRITERS:
+            pasted = text[:cut] + CUT_MARKS[1 + number % (len(CUT_MARKS) - 1)] + writer
+            for event in matcher.scan_text("paste.log", pasted):
+                assert all(v in printed for v in _numbers(event.fields).values()), \
+                    f"{event.rule.code}: a number of the writer's read from {pasted!r}: {event.fields}"
+        # no mark: a number cut there may be read as far as it goes, but none of the writer's
+        pasted = text[:cut] + CJK_WRITER
         for event in matcher.scan_text("paste.log", pasted):
-            assert all(v in printed for v in _numbers(event.fields).values()), \
+            assert all(v in printed or v not in CJK_NUMBERS for v in _numbers(event.fields).values()), \
                 f"{event.rule.code}: a number of the writer's read from {pasted!r}: {event.fields}"
 
 

@@ -32,6 +32,10 @@ CUT_MARK = re.compile(
 # whether it cuts a message short beside one read whole on it.
 OPEN_END = ",:;([-_"
 PROSE_AFTER = re.compile("[^\\x00-\\x7f\u2026]")  # the first character of another script (not a cut's "…")
+NOTE = re.compile(r"\([^()]*[^\W\d_a-zA-Z][^()]*\)")  # brackets around words of another script
+PROSE_WORD = re.compile(r"[^\W\d_a-zA-Z]")  # a letter of another script (loose form: no blanks, no ASCII punctuation)
+# a cut mark with the writer's words after it on its line
+INNER_MARK = re.compile(r"\s*(?:\.{2,}|\u2026|[\[(<]truncated[\])>])(?:\s*[\[(<]truncated[\])>])?(?=\s+\S)", re.IGNORECASE)
 NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
 
 
@@ -64,8 +68,9 @@ def number_cut_at(text: str, end: int) -> bool:
     may not be all of it."""
     if text[end : end + 1] not in MARK_STARTS:
         return False  # (nearly every match: it ends the line or goes on with its message)
-    return cut_mark(text, len(text)) is not None and CUT_MARK.match(text, end) is not None \
-        and text[:end].rstrip(" .,")[-1:].isdigit()
+    marked = cut_mark(text, len(text)) is not None and CUT_MARK.match(text, end) is not None \
+        or INNER_MARK.match(text, end) is not None  # the writer typed on after the mark
+    return marked and text[:end].rstrip(" .,")[-1:].isdigit()
 
 
 def without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, str | None]:
@@ -86,6 +91,29 @@ def drop_cut_value(found: LooseMatch, window: LooseWindow) -> None:
                 if text[span[1] : found.end].strip(" .,")]
         found.fields = {name: found.fields[name] for name, _ in kept}
         found.value_spans = [span for _, span in kept]
+
+
+def drop_prose_values(found: LooseMatch, window: LooseWindow) -> None:
+    """A value read after a word in another script (past the head) is the writer's, not the
+    message's: vLLM prints its messages in ASCII ("..., got 我用的是 2 张 A100")."""
+    # a note in brackets is the writer's aside inside the message ("usage（实测）：98.6"), not its end
+    span = NOTE.sub(lambda note: "_" * len(note.group()), window.text()[found.head_end : found.end])
+    prose = PROSE_WORD.search(span)
+    if prose:
+        stop = found.head_end + prose.start()
+        kept = [(name, value_span) for name, value_span in zip(found.fields, found.value_spans, strict=True)
+                if value_span[1] <= stop]
+        found.fields = {name: found.fields[name] for name, _ in kept}
+        found.value_spans = [value_span for _, value_span in kept]
+
+
+def before_mark(text: str) -> str:
+    """The line up to a viewer's cut mark the writer typed on after ("1721 [truncated] and I
+    have 2 GPUs"): the message ends at the mark."""
+    if "\u2026" not in text and "..." not in text and "runcated" not in text and "RUNCATED" not in text:
+        return text
+    mark = INNER_MARK.search(text)
+    return text[: mark.end()] if mark else text
 
 
 def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, rest: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triage.match.cut import cut_as_printed, cut_end, cut_inside, drop_cut_value
+from triage.match.cut import cut_as_printed, cut_end, cut_inside, drop_cut_value, drop_prose_values
 from triage.match.fields import excerpt, field_reader
 from triage.match.lines import Lines
 from triage.match.loose import LooseMatch, LoosePattern, loose_match, normalise
@@ -128,6 +128,7 @@ def loose_readings(
         if found is None or found.recased and window.follows_word(found.start):
             continue
         drop_cut_value(found, window)
+        drop_prose_values(found, window)
         # a head on a later line is that line's own turn, and a message already read (or
         # one another finding starts inside) is not read again: neither may outscore this line's
         first, last = window.lines_of(found.start, found.end)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from triage.match.cut import cut_mark, number_cut_at
+from triage.match.cut import before_mark, cut_mark, number_cut_at
 from triage.match.lines import LOOSE_BACK, LOOSE_TEXT, Lines
 from triage.match.loose import normalise
 
@@ -50,6 +50,7 @@ class LooseWindow:
         text = parts.text
         if text is None or any(marker in text for marker in self.skip_markers):
             return None  # past the input, a long line, or a request-log line (a prompt): not joined
+        text = before_mark(text)
         # a logger's prefix starts another record: a message is not read on into it, nor back
         # from its own first line into the one before
         if parts.level is not None and not front and offset > 0 or front and self.lines.parts(offset + 1).level:
