@@ -221,3 +221,40 @@ def test_a_fact_line_cut_short_keeps_the_fields_before_the_cut_and_invents_none(
                         continue
                     assert got is not None and ends_match(got, field) and str(event.fields.get(field)).startswith(str(value)), \
                         (name, number, cut, event.rule.code, field, value, text[:cut])
+
+
+FACT_EXAMPLES = [(rule.code, example.text.strip()) for rule in RULES.rules if rule.kind == "fact" and rule.role in (None, "ready")
+                 for example in rule.examples if "\n" not in example.text.strip()]
+
+
+# A record whose second line is a short line of a hand wrap, with a third below: the reading of
+# its first two lines stands (with the fields it has), and the third is not read on.
+MIXED_SEAM_GAPS = {"VT902-5", "VT907-13", "VT907-14", "VT907-15", "VT907-16", "VT911-25", "VT911-26", "VT916-40", "VT917-44"}
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    pytest.param(code, text, id=f"{code}-{n}", marks=[pytest.mark.xfail(strict=True, reason="issue 15: hand-wrapped short line")]
+                 if f"{code}-{n}" in MIXED_SEAM_GAPS else [])
+    for n, (code, text) in enumerate(FACT_EXAMPLES)])
+def test_a_fact_line_wrapped_inside_a_word_and_at_a_space_keeps_its_fields(code, text):
+    """One seam cut a word (a terminal), another came at a space the wrap dropped (a tracker, a
+    hand wrap), lines of 20 to 160 columns: the record's lines joined with a space at one seam
+    and none at the other."""
+    whole = {e.rule.code: e.fields for e in MATCHER.scan_text("example", text + "\n")}
+    anchors = [anchor for anchor, targets in MATCHER.targets.items() if any(t.rule.code == code for t in targets)]
+    start = len(parse_line(text.encode()).text) and len(text) - len(parse_line(text.encode()).text)
+    words = [m.start() + 2 for m in re.finditer(r"[A-Za-z]{4,}", text) if m.start() >= start]
+    spaces = [m.start() for m in re.finditer(" ", text) if m.start() > start]
+    for word in words[:6]:
+        for space in spaces:
+            first, second = sorted((word, space))
+            if second - first < 2:
+                continue
+            pieces = [text[:first], text[first:second], text[second:]]
+            pieces = [piece.strip(" ") if n else piece.rstrip(" ") for n, piece in enumerate(pieces)]  # the space dropped
+            if not all(len(piece) >= 20 and len(piece) <= 160 for piece in pieces):
+                continue  # (a wrap leaves lines of some words, up to a terminal's width)
+            if not any(anchor in piece.encode() for anchor in anchors for piece in pieces):
+                continue  # (the anchor pass needs one of the rule's anchors whole on a line)
+            read = {e.rule.code: e.fields for e in MATCHER.scan_text("wrapped", "\n".join(pieces) + "\n")}
+            assert read.get(code) == whole[code], pieces

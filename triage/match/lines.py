@@ -3,6 +3,7 @@ a wrap may have cut them, and copied out where they lie at a chunk's edge."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 
@@ -34,6 +35,7 @@ RECORD_LINES = 64
 RECORD_TEXT = MAX_JOIN_LINE
 MIN_WRAP = 40  # a shorter line ends its record: a hard or hand wrap fills its lines
 MAX_WRAP = 320  # a wider line was wrapped by no terminal or page: it is its record whole
+MIXED_SEAMS = 3  # a record wrapped over more lines is joined one way at every seam (2^seams joins)
 WRAP_SLACK = 24  # a wrapped record's inner lines are this much narrower than its first, at most
 
 # A process tag or logger prefix the wrap cut ("(APIServer p" / "id=1) INFO ...", "INFO 06-02 21:05:09
@@ -58,6 +60,20 @@ def glue(before: str, after: str) -> str:
             before[-1].isdigit() or after[0].isdigit()):
         return ""
     return " "
+
+
+def mixed_seams(texts: list[str]) -> list[str]:
+    """A short record's lines joined with a space at some seams and none at others: one wrap cut
+    a word ("Ch" / "unked"), another came at a space it dropped ("with" / "max_num_..."). Every
+    such join of up to MIXED_SEAMS seams, less the all-or-none ones the other variants are."""
+    seams = len(texts) - 1
+    if not 2 <= seams <= MIXED_SEAMS:
+        return []
+    joins = []
+    for spaces in itertools.product(("", " "), repeat=seams):
+        if len(set(spaces)) > 1:
+            joins.append(texts[0] + "".join(space + after for space, after in zip(spaces, texts[1:], strict=True)))
+    return joins
 
 
 def cut_prefix_joined(texts: list[str]) -> tuple[LineParts, list[str]]:
@@ -278,7 +294,7 @@ class Lines:
         glued = texts[0] + "".join((" " if space and not before[-1:].isspace() else "") + after
                                    for before, after, space in zip(texts, texts[1:], own, strict=False))
         spaced = texts[0] + "".join(glue(before, after) + after for before, after in zip(texts, texts[1:], strict=False))
-        variants = list(dict.fromkeys(text.lstrip() for text in (glued, "".join(texts), spaced)))
+        variants = list(dict.fromkeys(text.lstrip() for text in (glued, "".join(texts), spaced, *mixed_seams(texts))))
         # where a cut record may end: before the lines that followed the cut (a progress bar)
         cut_at = ["".join(texts[:count]).lstrip() for count in range(len(texts) - 1, 0, -1)]
         return head, variants, cut_at
