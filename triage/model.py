@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,10 +39,18 @@ class Event:
     rule: Any  # triage.rules.ruleset.Rule (kept loose to avoid an import cycle)
     record: Record
     fields: dict[str, Any]
-    excerpt: str
+    # what a report quotes of it, or a function that gives that, made on first use: most
+    # events (a metrics line's figures) are never quoted
+    quoted: str | Callable[[], str]
     pattern_id: str
     hosted: bool = False
     also_at: list[int] = field(default_factory=list)  # lines that printed this same failure again
+
+    @property
+    def excerpt(self) -> str:
+        if not isinstance(self.quoted, str):
+            self.quoted = self.quoted()
+        return self.quoted
 
 
 @dataclass(slots=True)

@@ -523,7 +523,8 @@ class Matcher:
             if read_fields is None:
                 read_fields = target.read_fields = field_reader(rule, list(groups))
             fields = read_fields(groups)
-            events.append(Event(rule, record, fields, excerpt(text, match.start(), match.end()), pattern.id, pattern.hosted))
+            quoted = functools.partial(excerpt, text, match.start(), match.end())
+            events.append(Event(rule, record, fields, quoted, pattern.id, pattern.hosted))
             matched_rule = target.rule_index
         return events
 
