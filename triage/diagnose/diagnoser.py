@@ -120,7 +120,9 @@ class Diagnoser:
         if not (settled and self._fold(run, event)):
             run.problems.append(event)
             if not self.keep_text:
-                # kept until the end: the record's text (maybe a whole prompt) is not needed any more
+                # kept until the end: the record's text (maybe a whole prompt) is not needed any more,
+                # nor the function that makes the excerpt from it (it holds the text)
+                event.quoted = event.excerpt
                 event.record = replace(event.record, text="")
         return to_finding(event, run.facts, self.keep_text, run.number) if render else None
 
