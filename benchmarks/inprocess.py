@@ -18,7 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # an installed vllm-triage first
+try:  # the installed vllm-triage: run with another checkout's python, it measures that build
+    import triage  # noqa: F401
+except ImportError:  # this checkout, not installed
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from triage.input.reader import iter_chunks, open_input
 from triage.match.matcher import Matcher

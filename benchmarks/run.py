@@ -38,7 +38,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.append(str(ROOT))  # an installed vllm-triage first: the source tree lacks triage.rules.builtin
+try:  # the installed vllm-triage first (an editable one's finder comes after sys.path): its anchors
+    import triage  # noqa: F401
+except ImportError:  # the source tree lacks triage.rules.builtin
+    sys.path.append(str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from generate import MIX_ENGINES, MIX_METRICS_EVERY, MIX_REQUESTS_PER_SECOND, SHAPES, parse_size  # noqa: E402
