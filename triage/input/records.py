@@ -30,8 +30,8 @@ from dataclasses import dataclass
 ANSI = re.compile(r"\x1b\ufffd*\[[0-9;?\ufffd]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
 # Control characters a process wrote into a line (binary junk): no text, dropped like NUL, so the
 # words around them are whole again ("took\x01 13.87 GiB"). Tabs, CR and ESC are handled apart.
-CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")  # C0 and C1, less tab/LF/CR/ESC
-CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]|\xc2[\x80-\x9f]")  # the same and NUL, as bytes
+# NUL, C0 and C1 (two bytes in UTF-8), less tab, LF, CR and ESC, in the line's bytes.
+CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]|\xc2[\x80-\x9f]")
 PREFIX_SPAN = 200  # a line's prefixes (collector, process tag, logger) lie within this many characters
 
 COLLECTOR_PREFIXES = [
@@ -115,7 +115,7 @@ class LineParts:
 
 def decode(raw: bytes | bytearray) -> str:
     text = raw.decode("utf-8", errors="replace")
-    if not text.isprintable() and ("\x00" in text or CONTROL.search(text)):  # (a tab, CR or ESC gets here too)
+    if not text.isprintable() and CONTROL_BYTES.search(raw):  # (a tab, CR or ESC gets here too)
         # dropped from the bytes, so a character they split is whole again ("\xe6\x00\x88\x91"),
         # before ANSI sequences are read: they may sit inside one
         text = CONTROL_BYTES.sub(b"", raw).decode("utf-8", errors="replace")
