@@ -362,6 +362,11 @@ class Lines:
             return self._bounds(offset + 1) is not None or not self.more  # a long line is another record
         return not following.text.strip() or following.level is not None
 
+    def is_whole_record(self) -> bool:
+        """The line is a logger record of its own, as nearly every line of a server's log is: it
+        has a logger's prefix, and the next line starts another record (or the buffer ends)."""
+        return self.parts(0).level is not None and not self.next_may_continue()
+
     def next_may_continue(self) -> bool:
         """There is a next line and it does not start a record of its own."""
         if self._next_may_continue is None:

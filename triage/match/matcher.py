@@ -372,7 +372,7 @@ class Matcher:
         candidate): it has a logger's prefix, the next line starts a record of its own, and a
         finding read on it leaves no other rule cut short by the line's end (it ends closed).
         Then no message goes on below it, and the second try has nothing to read beside."""
-        if lines.parts(0).level is None or lines.next_may_continue():
+        if not lines.is_whole_record():
             return False
         return not selection.loose or any(event.rule.kind == "finding" for event in events) and not cut_end(lines.parts(0).text)
 

@@ -52,8 +52,7 @@ def match_records(
     reading that ran on into the next record goes. A fact the line read whole is not read
     again. consumed: the last line taken before this candidate; the lines a dropped reading
     took are free again."""
-    one_line = lines.parts(0).level is not None and not lines.next_may_continue()  # (a server's log: most lines)
-    span = (0, 0) if one_line else lines.record_span(matcher.skip_marker_texts)
+    span = (0, 0) if lines.is_whole_record() else lines.record_span(matcher.skip_marker_texts)
     if span is None:
         return events
     first, last = span
