@@ -96,17 +96,23 @@ def test_the_excerpt_is_the_matched_message_capped_in_length(tmp_path):
     assert PROMPT_WORDS not in events[0].excerpt
 
 
-def test_a_kept_event_holds_no_text_of_its_line(tmp_path):
+def test_a_kept_event_holds_no_text_of_its_line():
     """The diagnosis keeps a run's problems to the end without their lines' text (a prompt may
-    be in it): nothing the event holds keeps that text, its excerpt made from it included."""
+    be in it): nothing the event holds keeps that text, its excerpt made from it included. For
+    every finding rule's example, the writer's words before it on its line."""
     from triage.diagnose.diagnoser import Diagnoser
 
-    line = f"{PROMPT_WORDS} upstream said: {MESSAGE}"
-    diagnoser = Diagnoser(load_rules().rules)
-    for event in Matcher(load_rules()).scan_text("server.log", line + "\n"):
-        diagnoser.add(event, render=False)  # (as a scan adds them: findings are made when the run ends)
-    kept = diagnoser.run.problems
-    assert kept and all(event.record.text == "" and isinstance(event.quoted, str) for event in kept)
+    rules = load_rules()
+    matcher = Matcher(rules)
+    kept = []
+    for rule in rules.rules:
+        for example in rule.examples if rule.kind == "finding" else []:
+            diagnoser = Diagnoser(rules.rules)
+            for event in matcher.scan_text("server.log", f"{PROMPT_WORDS} said: {example.text.strip()}\n"):
+                diagnoser.add(event, render=False)  # (as a scan adds them: findings are made when the run ends)
+            kept += diagnoser.run.problems
+    assert len({event.rule.code for event in kept}) > 20
+    assert all(event.record.text == "" and isinstance(event.quoted, str) for event in kept)
     assert all(PROMPT_WORDS not in event.excerpt for event in kept)
 
 
