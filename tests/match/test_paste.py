@@ -54,10 +54,7 @@ KNOWN_GAPS = {
     "requote": set(),
     "paraphrase": set(),
     "pairs": set(),
-    # VT206's patterns skip the clauses vLLM prints between their head and their numbers with
-    # ".*?": a cut inside them with no viewer's mark is not told from the writer's prose after
-    # the head (the exact pattern takes any text there too); these two have such cut points
-    "cut-anywhere": {"VT206-2", "VT206-3"},
+    "cut-anywhere": set(),
 }
 # the examples every pair of damages is drawn from (a cut anywhere is not one of the pairs' damages)
 SOUND = [case for case, name in zip(CASES, IDS, strict=True)
@@ -269,6 +266,24 @@ def test_a_cut_anywhere_keeps_the_rule_and_the_numbers_printed_whole(matcher, co
         if mark:
             for reading in found(matcher, pasted, code):
                 assert all(v in printed for v in _numbers(reading).values()), f"{code}: a cut number read from {pasted!r}: {reading}"
+
+
+VERSION = re.compile(r"\bv\d[\d.]*\d")
+VERSIONED = [(case, name) for case, name in zip(CASES, IDS, strict=True) if VERSION.search(case[2].text)]
+
+
+@pytest.mark.parametrize(("code", "index", "example"), [case for case, _ in VERSIONED], ids=[name for _, name in VERSIONED])
+def test_a_cut_inside_a_version_vllm_prints_keeps_the_rule(matcher, code, index, example):
+    """A version inside vLLM's clauses ("the default as of v0.21.0"), cut after each of its
+    characters with no mark: its dots are no sentence's end, the cut is one of vLLM's text."""
+    text = example.text.strip()
+    head = _head_end(code, text)
+    versions = [m for m in VERSION.finditer(text) if head is not None and m.start() >= head]
+    if not versions:
+        pytest.skip("no version after its head")
+    for version in versions:
+        for cut in range(version.start() + 2, version.end()):
+            assert found(matcher, text[:cut], code, cut=True), f"{code} not found in {text[:cut]!r}"
 
 
 # the writer's words after a cut paste, with numbers of their own: on the line below, after
@@ -557,6 +572,13 @@ DECOYS = [
     "CUDA out of memory occurred when warming up pooler and I do not know why",
     "CUDA graph memory profiling will be enabled by default in v0.19 and I wonder what changes",
     "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). So I set it to 1",
+    # the writer's words with numbers where vLLM prints its own clauses: no gap takes them
+    "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Should I go on "
+    "increasing --gpu-memory-utilization from 0.90 to 0.95.",
+    "CUDA graph memory profiling will be enabled by default, so I increase --gpu-memory-utilization from 0.9 to "
+    "0.93 to maintain the same effective KV cache size.",
+    "CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), so what "
+    "if I increase --gpu-memory-utilization from 0.9 to 0.93 to maintain the same effective KV cache size.",
     "To serve at least one request with the model's memory, what do I need",
     # a prompt quoting a vLLM message, in vLLM's request log (wrapped too)
     "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-1: prompt: 'Why does vLLM say This model's "

@@ -12,11 +12,12 @@ one form for that:
 - each rule pattern (LoosePattern), derived from its regex, never written by hand: the
   same deletions on its literals, punctuation and brackets optional, and the pattern's
   top-level sequence turned into a chain that matches as far as the text goes. The
-  *head* (everything up to the first literal run of MIN_HEAD letters or digits) is
-  required; after it each step is optional, so a cut message still yields the numbers
-  printed before the cut. The literal glue between two numbers may be replaced by other
-  words (any SOFT_GLUE characters that are not digits): a paraphrase keeping vLLM's head
-  and numbers in their order still reads them.
+  *head* (everything up to the end of the clause in which the literal text reaches MIN_HEAD
+  letters or digits) is required; after it each step is optional, so a cut message still
+  yields the numbers printed before the cut, and a cut inside vLLM's later clauses is read.
+  The literal glue between two numbers may be replaced by other words (any SOFT_GLUE
+  characters that are not digits): a paraphrase keeping vLLM's head and numbers in their
+  order still reads them.
 
 A message is identified by its head and its numbers, not by its tail. The head is the
 guard: prose that names a knob or quotes a number without vLLM's opening clause never
@@ -54,6 +55,8 @@ _DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
 # Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
 # line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
 _LONE_PUNCTUATION = re.compile(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)")
+# Where a clause of a message's literal text ends: after its punctuation, or before a bracket.
+CLAUSE_END = re.compile(r"[.,;:](?= )|(?= \()")
 # What a viewer, a chat or a tool leaves where it cut a message (loose form: "…" is "...").
 TRUNCATED = re.compile(r"(?:\.{2,}|\[(?:truncated|cut|\.+)\]|\((?:truncated|cut|\.+)\)|<truncated>)+$", re.IGNORECASE)
 
@@ -185,13 +188,15 @@ def derive_loose(source: str) -> LoosePattern | None:
     names = {index: name for name, index in tree.state.groupdict.items()}
     emitter = _Emitter(names)
     segments = _segments(list(tree), emitter)
-    head_end, letters, head_words = None, 0, 0
+    head_end, letters, head_words, head_split = None, 0, 0, False
     for index, (literal, content) in enumerate(segments):
-        letters += _alnum(content) if literal else 0
-        head_words += sum(any(c.isalpha() for c in word) for word in content.split()) if literal else 0
-        if literal and letters >= MIN_HEAD and head_words >= MIN_HEAD_WORDS:
-            head_end = index
+        if literal and letters + _alnum(content) >= MIN_HEAD and head_words + _words(content) >= MIN_HEAD_WORDS:
+            clauses = _head_clause(content, letters, head_words)
+            segments[index : index + 1] = clauses
+            head_end, head_split = index, len(clauses) > 1
             break
+        letters += _alnum(content) if literal else 0
+        head_words += _words(content) if literal else 0
     if head_end is None:
         return None
     if not tree.state.groupdict:  # no value to read: the whole text is what tells the message
@@ -200,7 +205,7 @@ def derive_loose(source: str) -> LoosePattern | None:
     if head[:1].isalpha():  # as printed, or in another case (_c): the matcher then asks what stands before it
         head = f"(?:(?-i:{head[0]})|(?P<_c>{head[0]})){head[1:]}"
     chain = "(?P<_end>)"
-    steps = _steps(segments[head_end + 1 :], emitter)
+    steps = _steps(segments[head_end + 1 :], emitter, head_split)
     last_value = max((i for i, (_, holds, _) in enumerate(steps) if holds), default=-1)
     last_number = max((i for i, (_, holds, _) in enumerate(steps) if holds == NUMBER), default=-1)
     head += "(?P<_h>)"  # where the head ends: a cut before it is no finding
@@ -219,12 +224,30 @@ def derive_loose(source: str) -> LoosePattern | None:
     return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
 
 
-def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[str, int, str]]:
+def _head_clause(content: str, letters: int, words: int) -> list[tuple[bool, str]]:
+    """The literal run that completes the head, split after the clause in which it does: the
+    clauses vLLM prints after it ("(VLLM_...=0). Without it, ... to avoid OOM.") are steps
+    of the chain, so a cut inside them is read as a cut of the message, not lost with a head
+    that wants all of them."""
+    for clause in CLAUSE_END.finditer(content):
+        head, rest = content[: clause.end()], content[clause.end() :]
+        if letters + _alnum(head) >= MIN_HEAD and words + _words(head) >= MIN_HEAD_WORDS:
+            return [(True, head), (True, rest)] if _alnum(rest) else [(True, content)]
+    return [(True, content)]
+
+
+def _words(text: str) -> int:
+    return sum(any(c.isalpha() for c in word) for word in text.split())
+
+
+def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter, head_rest: bool = False) -> list[tuple[str, int, str]]:
     """The optional steps after the head: (regex, the value it holds: NUMBER, TEXT or 0, its
     form cut inside an alternation or ""). Literal glue goes with the value after it, so
     other words in its place (the soft glue) are taken only when that value follows. A gap
     (".*?", "[^.]*", a skipped clause) goes with the step after it: alone, an optional gap
-    would take nothing (or everything) and end the chain there, before the values."""
+    would take nothing (or everything) and end the chain there, before the values.
+    head_rest: the first segment is the rest of the head's literal run (vLLM's own clauses,
+    never worded otherwise)."""
     steps: list[tuple[str, int, str]] = []
     index, gap, free = 0, "", False
     while index < len(segments):
@@ -232,7 +255,7 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter) -> list[tuple[st
         following = segments[index + 1] if index + 1 < len(segments) else None
         if segments[index][0] and following and not following[0] and emitter.holds_value(following):
             after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
-            fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE  # a long clause is the message's own
+            fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE or head_rest and index == 0  # a long clause is the message's own
             glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
             cut = emitter.cut_branch(following[1])
             steps.append((gap + glue + _emit_segment(following, emitter), emitter.holds_value(following),

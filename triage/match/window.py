@@ -11,7 +11,8 @@ from triage.match.lines import LOOSE_BACK, LOOSE_TEXT, Lines
 from triage.match.loose import normalise
 
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
-SENTENCE_END = re.compile(r"[.!?\u3002]\s*$")
+# a dot right after a digit is no sentence's end where the text stops: "as of v0." is cut inside a version
+SENTENCE_END = re.compile(r"(?:(?<!\d)\.|[!?\u3002])\s*$")
 
 # a sentence's end (in quotes too), or a clause's where a paraphrase glues the next one on
 SENTENCE_CLOSE = re.compile("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?:--?|[\u2013\u2014])\\s")
