@@ -18,9 +18,12 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from triage import pipeline
 from triage.input.records import LOGGER_PREFIXES, parse_line
+from triage.match.record_facts import printed_words
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import MARKER_PREFIX
 
@@ -227,15 +230,7 @@ FACT_EXAMPLES = [(rule.code, example.text.strip()) for rule in RULES.rules if ru
                  for example in rule.examples if "\n" not in example.text.strip()]
 
 
-# A record whose second line is a short line of a hand wrap, with a third below: the reading of
-# its first two lines stands (with the fields it has), and the third is not read on.
-MIXED_SEAM_GAPS = {"VT902-5", "VT907-13", "VT907-14", "VT907-15", "VT907-16", "VT911-25", "VT911-26", "VT916-40", "VT917-44"}
-
-
-@pytest.mark.parametrize(("code", "text"), [
-    pytest.param(code, text, id=f"{code}-{n}", marks=[pytest.mark.xfail(strict=True, reason="issue 15: hand-wrapped short line")]
-                 if f"{code}-{n}" in MIXED_SEAM_GAPS else [])
-    for n, (code, text) in enumerate(FACT_EXAMPLES)])
+@pytest.mark.parametrize(("code", "text"), FACT_EXAMPLES, ids=[f"{code}-{n}" for n, (code, _) in enumerate(FACT_EXAMPLES)])
 def test_a_fact_line_wrapped_inside_a_word_and_at_a_space_keeps_its_fields(code, text):
     """One seam cut a word (a terminal), another came at a space the wrap dropped (a tracker, a
     hand wrap), lines of 20 to 160 columns: the record's lines joined with a space at one seam
@@ -258,3 +253,83 @@ def test_a_fact_line_wrapped_inside_a_word_and_at_a_space_keeps_its_fields(code,
                 continue  # (the anchor pass needs one of the rule's anchors whole on a line)
             read = {e.rule.code: e.fields for e in MATCHER.scan_text("wrapped", "\n".join(pieces) + "\n")}
             assert read.get(code) == whole[code], pieces
+
+
+LOGGED_EXAMPLES = [(code, text) for code, text in FACT_EXAMPLES if parse_line(text.encode()).level is not None]
+SHORTEST, LONGEST = 20, 160  # the lines a hand wrap leaves
+
+
+def seam_places(code: str, text: str) -> list[int]:
+    """Where a wrap may cut the example's message: at a space (dropped), or inside a word its
+    rule's patterns print (a value cut inside is a guess the joins cannot always make)."""
+    start = len(text) - len(parse_line(text.encode()).text)
+    words = printed_words(MATCHER._facts_by_code[code])
+    inside = {found.start() + at for word in words for found in re.finditer(re.escape(word), text)
+              for at in range(2, len(word) - 1) if found.start() >= start}
+    return sorted(inside | {m.start() for m in re.finditer(" ", text) if m.start() > start})
+
+
+@st.composite
+def hand_wraps(draw, code: str, text: str) -> list[str]:
+    """The message's lines as a hand wrap and a terminal leave them mixed: 20 to 160 columns,
+    some seams at dropped spaces, some inside words, the continuation lines bare, indented or
+    under the line's process tag."""
+    places, cuts, at = seam_places(code, text), [], 0
+    while len(text) - at > LONGEST or len(cuts) < 2 or draw(st.booleans()):
+        feasible = [c for c in places if at + SHORTEST <= c <= at + LONGEST and len(text) - c > SHORTEST]
+        if not feasible:
+            break
+        cuts.append(at := draw(st.sampled_from(feasible)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    pieces = [piece.strip(" ") if n else piece.rstrip(" ") for n, piece in enumerate(pieces)]
+    lead = ("", "    ", lead_of(text))[draw(st.integers(0, 2))]
+    return [pieces[0], *(lead + piece for piece in pieces[1:])]
+
+
+@pytest.mark.parametrize(("code", "text"), LOGGED_EXAMPLES, ids=[f"{c}-{n}" for n, (c, _) in enumerate(LOGGED_EXAMPLES)])
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_a_logger_record_hand_wrapped_over_any_lines_keeps_every_field(code, text, data):
+    """Any number of short lines, seams at dropped spaces mixed with cuts inside words: the
+    record is read from its logger prefix over all its lines, whichever line holds the anchor."""
+    lines = data.draw(hand_wraps(code, text))
+    whole = {e.rule.code: e.fields for e in MATCHER.scan_text("example", text + "\n")}
+    read = {e.rule.code: e.fields for e in MATCHER.scan_text("wrapped", "\n".join(lines) + "\n")}
+    assert read.get(code) == whole[code], lines
+
+
+FOLLOWERS = {
+    "another record": "WARNING 01-02 03:04:05 [other.py:9] {tail}",
+    "a prompt": "INFO 01-02 03:04:05 [logger.py:41] Received request cmpl-7: prompt: 'see {tail}', params: None",
+    "a prompt wrapped": "INFO 01-02 03:04:05 [logger.py:41] Received request cmpl-7: prompt: 'what does this\n{tail}\nmean', "
+                        "params: None",
+}
+
+
+@pytest.mark.parametrize("follower", FOLLOWERS)
+def test_a_hand_wrapped_record_cut_before_its_last_value_reads_it_from_no_other_line(follower):
+    """The record's short lines are read on up to a line that starts another record or quotes a
+    prompt, not past it: the value printed there, right below the cut, is not the record's."""
+    checked = 0
+    for code, text in LOGGED_EXAMPLES:
+        whole = next(e for e in MATCHER.scan_text("example", text + "\n") if e.rule.code == code)
+        match = next(p.compiled.search(whole.record.text) for p in whole.rule.patterns if p.id == whole.pattern_id)
+        values = {name: match.start(name) for name in whole.fields if name in match.groupdict()
+                  and match.group(name) is not None and not isinstance(whole.fields[name], bool)}
+        if not values:
+            continue
+        name, start = max(values.items(), key=lambda item: item[1])
+        start += len(text) - len(whole.record.text)
+        places = [c for c in seam_places(code, text) if SHORTEST < c < start - SHORTEST and text[c] == " "]
+        if len(places) < 2:
+            continue
+        cut = [text[: places[0]], text[places[0] + 1 : places[-1]], text[places[-1] + 1 : start].rstrip(" ")]
+        if not all(cut):
+            continue
+        pasted = "\n".join([*cut, FOLLOWERS[follower].format(tail=text[start:])]) + "\n"
+        for event in MATCHER.scan_text("paste.log", pasted):
+            if event.rule.code == code and event.record.line <= len(cut):
+                checked += 1
+                assert event.record.end_line <= len(cut), pasted
+                assert event.fields.get(name) != whole.fields[name], pasted
+    assert checked >= 10

@@ -38,6 +38,8 @@ MAX_WRAP = 320  # a wider line was wrapped by no terminal or page: it is its rec
 MIXED_SEAMS = 3  # a record wrapped over more lines is joined one way at every seam (2^seams joins)
 WRAP_SLACK = 24  # a wrapped record's inner lines are this much narrower than its first, at most
 
+WORD_TAIL, WORD_HEAD = re.compile(r"[A-Za-z_]+$"), re.compile(r"[A-Za-z_]+")  # a word's pieces at a seam
+
 # A process tag or logger prefix the wrap cut ("(APIServer p" / "id=1) INFO ...", "INFO 06-02 21:05:09
 # [sta" / "rtup.py:38] vLLM server version ..."): its record starts on this line all the same.
 _LEVEL_WORDS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -60,6 +62,18 @@ def glue(before: str, after: str) -> str:
             before[-1].isdigit() or after[0].isdigit()):
         return ""
     return " "
+
+
+def worded_join(texts: list[str], words: frozenset[str]) -> str:
+    """A record's lines joined with glue(), but with none where the lines' ends around a seam
+    make a word the patterns print ("te" / "nsor_parallel_size=2"): a record of more seams than
+    mixed_seams() tries, cut inside words at some and at dropped spaces at others."""
+    joined = texts[0]
+    for before, after in zip(texts, texts[1:], strict=False):
+        tail, head = WORD_TAIL.search(before), WORD_HEAD.match(after)
+        inside = tail is not None and head is not None and tail.group() + head.group() in words
+        joined += ("" if inside else glue(before, after)) + after
+    return joined
 
 
 def mixed_seams(texts: list[str]) -> list[str]:
@@ -250,15 +264,19 @@ class Lines:
             return parts.level is None and (parts.text or "").lstrip()[:1].isdigit()
         return goes_on_with_digit
 
-    def record_span(self, skip_markers: list[str]) -> tuple[int, int] | None:
+    def record_span(self, skip_markers: list[str], short: bool = False) -> tuple[int, int] | None:
         """The first and last line (offsets) of the logger record the candidate is part of: back to
         the line with the logger's prefix, on to the last line before the next record (a blank line,
-        a request-log line, a short line all end one). None: the candidate is in no logger record."""
+        a request-log line, a short line all end one). None: the candidate is in no logger record.
+        short: the lines above may be a hand wrap's, of any width a wrap leaves."""
         first = 0
         while not self.starts_record(first, logger=True):
-            if first <= -RECORD_BACK or self.starts_record(first) or not self._continues(first - 1, skip_markers):
+            if first <= -RECORD_BACK or self.starts_record(first) or not self._continues(
+                    first - 1, skip_markers, wide=short and 0 < self.width(first - 1) <= MAX_WRAP):
                 return None  # (an exception's lines are no logger record)
             first -= 1
+        if first and any(marker in self.parts(first).text for marker in skip_markers):
+            return None  # a request-log line: the candidate is a wrapped prompt's rest
         last, size = 0, sum(len(self.parts(offset).text) for offset in range(first, 1))
         full = self.width(first) - WRAP_SLACK  # a line this wide was filled by the wrap
         while last - first < RECORD_LINES and size < RECORD_TEXT and self._continues(last, skip_markers,
@@ -269,18 +287,20 @@ class Lines:
 
     def record_end(self, last: int, skip_markers: list[str]) -> int:
         """The record's last line when the lines after `last` that start no record are taken too,
-        whatever their width, up to CONTEXT_LINES of them (a hand wrap: "enabled " / "with ...")."""
-        end = last
-        while end - last < CONTEXT_LINES and self._continues(end, skip_markers, wide=True):
+        whatever their width (a hand wrap: "enabled " / "with ..."), as far as a record is read."""
+        end, size = last, 0
+        while end - last < RECORD_LINES and size < RECORD_TEXT and self._continues(end, skip_markers, wide=True):
             end += 1
+            size += len(self.parts(end).text)
         return end
 
-    def record_variants(self, first: int, last: int) -> tuple[LineParts, list[str], list[str]]:
+    def record_variants(self, first: int, last: int, words: frozenset[str] = frozenset()
+                        ) -> tuple[LineParts, list[str], list[str]]:
         """The record's first line's parts, and its lines joined the ways the wrap may have cut
         them, likeliest first: with a space where a line's own leading blank was read off
         (more than the other lines have), run together, and with a space at every cut that is not
-        inside a number ("len" / "40960"); then its first lines alone, longest first (for a
-        record cut short, only its partial match)."""
+        inside a number ("len" / "40960"), those mixed, and with none inside the `words` only;
+        then its first lines alone, longest first (for a record cut short, only its partial match)."""
         texts = [self.parts(offset).text for offset in range(first, last + 1)]
         own = self._own_spaces(first + 1, last)
         head = self.parts(first)
@@ -294,7 +314,9 @@ class Lines:
         glued = texts[0] + "".join((" " if space and not before[-1:].isspace() else "") + after
                                    for before, after, space in zip(texts, texts[1:], own, strict=False))
         spaced = texts[0] + "".join(glue(before, after) + after for before, after in zip(texts, texts[1:], strict=False))
-        variants = list(dict.fromkeys(text.lstrip() for text in (glued, "".join(texts), spaced, *mixed_seams(texts))))
+        worded = [worded_join(texts, words)] if words and len(texts) > MIXED_SEAMS + 1 else []
+        variants = list(dict.fromkeys(text.lstrip() for text in (glued, "".join(texts), spaced, *mixed_seams(texts),
+                                                                 *worded)))
         # where a cut record may end: before the lines that followed the cut (a progress bar)
         cut_at = ["".join(texts[:count]).lstrip() for count in range(len(texts) - 1, 0, -1)]
         return head, variants, cut_at

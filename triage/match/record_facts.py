@@ -4,12 +4,14 @@ from the line with the logger's prefix to the last line before the next record."
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import TYPE_CHECKING
 
 from triage.input.records import LineParts
 from triage.match.cut import number_cut_at, without_cut_value
 from triage.match.fields import excerpt, field_reader, whole_groups
-from triage.match.lines import Lines
+from triage.match.lines import Lines, worded_join
 from triage.match.targets import Cursor, Selection, Target
 from triage.model import Event, Record
 from triage.rules.ruleset import MATCH_TIMEOUT
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from triage.match.matcher import Matcher
 
 
+WORD, ESCAPE = re.compile(r"[A-Za-z_]+"), re.compile(r"\\.")  # a pattern's words; its escapes (\d, \.) are none
 RECORD_ROLES = (None, "ready")  # what the run summary keeps as facts; lifecycle lines are read as they are
 
 
@@ -53,6 +56,8 @@ def match_records(
     again. consumed: the last line taken before this candidate; the lines a dropped reading
     took are free again."""
     span = (0, 0) if lines.is_whole_record() else lines.record_span(matcher.skip_marker_texts)
+    if span is None:  # a hand wrap's short line above: the record may still start over it
+        span = lines.record_span(matcher.skip_marker_texts, short=True)
     if span is None:
         return events
     first, last = span
@@ -61,18 +66,27 @@ def match_records(
         targets = [t for t in targets if t.rule.code not in whole]
         if not targets:
             return events
-    head, variants, cut_at = lines.record_variants(first, last)
+    words = printed_words(targets)
+    head, variants, cut_at = lines.record_variants(first, last, words)
     own = {(e.rule.code, e.record.line) for e in events}  # readings it replaces, marked by a second try
     found, codes = read_record(matcher, source, lines, first, last, variants, [], targets, cursor, head, own)
-    rest = [t for t in targets if t.rule.code not in codes]
+    # a hand wrap's short line: the message may still go on below it, with the rule unread or
+    # with values it prints later unread
+    rest = [t for t in targets if codes.get(t.rule.code, (0, 1))[1]]
     wider = lines.record_end(last, matcher.skip_marker_texts) if rest else last
-    if wider > last:  # a hand wrap's short line: the message may still go on below it
-        more = read_record(matcher, source, lines, first, wider, lines.record_variants(first, wider)[1], [], rest,
-                                 cursor, head, own)
-        found, codes, rest = found + more[0], codes | more[1], [t for t in rest if t.rule.code not in more[1]]
+    if wider > last:
+        # the narrow readings' joins go on: their seams were told already, those below by the words
+        below = [lines.parts(offset).text for offset in range(last + 1, wider + 1)]
+        read_on = [worded_join([e.record.text, *below], words) for e in found if codes[e.rule.code][1]]
+        wider_variants = list(dict.fromkeys([*lines.record_variants(first, wider, words)[1], *read_on]))
+        more = read_record(matcher, source, lines, first, wider, wider_variants, [], rest, cursor, head, own)
+        fuller = {code for code, (read, _) in more[1].items() if read > codes.get(code, (0, 0))[0]}
+        found = [e for e in found if e.rule.code not in fuller] + [e for e in more[0] if e.rule.code in fuller]
+        codes = {**more[1], **codes, **{code: more[1][code] for code in fuller}}
+    rest = [t for t in targets if t.rule.code not in codes]
     if rest:  # cut short: what its lines say as far as they go
         more = read_record(matcher, source, lines, first, last, [], variants[:1] + cut_at, rest, cursor, head, own)
-        found, codes = found + more[0], codes | more[1]
+        found, codes = found + more[0], {**codes, **more[1]}
     # a line read alone whose record reads no more (a progress bar printed after it is no wrap)
     alone = {(e.rule.code, repr(e.fields)) for e in events if e.record.line == e.record.end_line == lines.line_no
              and first == 0}
@@ -81,7 +95,7 @@ def match_records(
     same |= {e.rule.code for e in found for old in events if old.rule.code == e.rule.code and not lines.runs_on(old)
              and old.fields.items() > e.fields.items()}
     found = [e for e in found if e.rule.code not in same]
-    codes -= same
+    codes = {code: read for code, read in codes.items() if code not in same}
     asked = {target.rule.code for target in targets}
     kept = [e for e in events if e.rule.code not in codes and not (e.rule.code in asked and lines.runs_on(e))]
     if len(kept) < len(events):
@@ -89,18 +103,29 @@ def match_records(
     return sorted([*found, *kept], key=lambda event: event.record.line)
 
 
+def printed_words(targets: list[Target]) -> frozenset[str]:
+    """The words the targets' patterns print (a wrap may cut one: "te" / "nsor_parallel_size")."""
+    return frozenset().union(*(pattern_words(target.pattern.compiled.pattern) for target in targets))
+
+
+@functools.cache
+def pattern_words(source: str) -> frozenset[str]:
+    return frozenset(word for word in WORD.findall(ESCAPE.sub(" ", source)) if len(word) > 3)
+
+
 def read_record(
     matcher: Matcher, source: str, lines: Lines, first: int, last: int, variants: list[str], cut_at: list[str],
     targets: list[Target], cursor: Cursor, parts: LineParts, own: set[tuple[str, int]],
-) -> tuple[list[Event], set[str]]:
+) -> tuple[list[Event], dict[str, tuple[int, int]]]:
     """Each rule's first pattern that matches the record's lines joined (variants: the ways
     the wrap may have cut them; a value is taken from the first that reads it), or else that
     matches as far as the record goes (a cut: the fields it closed before its end). Also the
     rules whose reading of this record began already (an earlier line of it was the
     candidate): what this line read of them is a piece of it. own: (rule, line) of the
-    readings this one replaces, which do not count as begun."""
+    readings this one replaces, which do not count as begun. The rules read, each with the
+    number of its pattern's groups read and left unread."""
     events: list[Event] = []
-    codes: set[str] = set()
+    codes: dict[str, tuple[int, int]] = {}
     for target in targets:
         if target.rule.code in codes or (target.rule.code, target.pattern.id) in matcher.disabled_patterns:
             continue
@@ -116,7 +141,8 @@ def read_record(
         read_fields = target.read_fields = target.read_fields or field_reader(target.rule, list(groups))
         event = Event(target.rule, record, read_fields(groups), excerpt(text, 0, len(text)), target.pattern.id,
                       target.pattern.hosted)
-        codes.add(target.rule.code)
+        unread = sum(value is None for value in groups.values())
+        codes[target.rule.code] = (len(groups) - unread, unread)
         if (target.rule.code, record.line) in own or not cursor.began(event):
             events.append(event)
     return events, codes
