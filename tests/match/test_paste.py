@@ -371,7 +371,7 @@ def test_requoting_and_prose_around_keep_the_rule_and_its_numbers(matcher, code,
     assert_numbers(matcher, DAMAGES[damage](example.text.strip()), code, example.fields)
 
 
-@settings(max_examples=250, deadline=None, derandomize=True)
+@settings(max_examples=250, deadline=None)
 @given(st.sampled_from(SOUND), st.sampled_from(sorted(DAMAGES)), st.integers(40, 160), st.integers(0, 3),
        st.booleans(), st.data())
 def test_two_damages_at_a_time(matcher, case, damage, width, style, cut_first, data):
@@ -390,7 +390,7 @@ def test_two_damages_at_a_time(matcher, case, damage, width, style, cut_first, d
         assert_numbers(matcher, wrap(DAMAGES[damage](text), width, style), code, _numbers(example.fields))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(SOUND), st.integers(40, 160), st.integers(0, 3), st.data())
 def test_wrapped_and_cut(matcher, case, width, style, data):
     code, _, example = case
@@ -402,7 +402,7 @@ def test_wrapped_and_cut(matcher, case, width, style, data):
     assert_numbers(matcher, wrap(text[:end], width, style), code, numbers, by_name=False)
 
 
-@settings(max_examples=80, deadline=None, derandomize=True)
+@settings(max_examples=80, deadline=None)
 @given(st.sampled_from(SOUND), st.sampled_from(sorted(DAMAGES)), st.data())
 def test_a_cut_message_and_a_line_of_cjk_prose_below(matcher, case, damage, data):
     """The paste ends inside the message and the writer goes on in Chinese on the next line,
@@ -534,7 +534,7 @@ def test_every_paraphrase_meets_some_example():
     assert not unused
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(SOUND), st.sampled_from(PARAPHRASE_NAMES), st.integers(40, 160), st.integers(0, 3),
        st.booleans(), st.data())
 def test_a_paraphrase_with_a_wrap_or_a_cut(matcher, case, name, width, style, cut_first, data):
