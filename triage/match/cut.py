@@ -31,6 +31,8 @@ CUT_MARK = re.compile(
 # own lines end closed ("%", ".", ")"): only such a line is asked (by the slower partial match)
 # whether it cuts a message short beside one read whole on it.
 OPEN_END = ",:;([-_"
+# a last character that ends a line closed, whatever is before it, unless a cut mark is there
+CLOSED_END = frozenset("%)]}>/#*+=&|~^$@")
 PROSE_AFTER = re.compile("[^\\x00-\\x7f\u2026]")  # the first character of another script (not a cut's "…")
 NOTE = re.compile(r"\([^()]*[^\W\d_a-zA-Z][^()]*\)")  # brackets around words of another script
 PROSE_WORD = re.compile(r"[^\W\d_a-zA-Z]")  # a letter of another script (loose form: no blanks, no ASCII punctuation)
@@ -44,6 +46,8 @@ def cut_end(text: str) -> int:
     blanks, the mark a viewer leaves: "…", "[truncated]"): where a message cut there ends; 0
     when that line does not end open (OPEN_END, or a number cut at its point: "usage: 97.")."""
     end = len(text)
+    if text[-1:] in CLOSED_END and MARK_HINT.search(text, end - MARK_SPAN) is None:
+        return 0  # (a metrics line: "...hit rate: 75.7%")
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1

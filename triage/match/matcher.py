@@ -39,7 +39,7 @@ from triage.match.anchors import (
     needs_keywords,
     strong_anchor,
 )
-from triage.match.cut import cut_end, number_cut_at, without_cut_value
+from triage.match.cut import MARK_STARTS, cut_end, number_cut_at, without_cut_value
 from triage.match.engines import ReEngine, cached_closure, make_engine
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import CONTEXT_LINES, History, Lines, around, end_of_first_lines, joins, lines_after, start_of_last_lines
@@ -113,7 +113,9 @@ class Matcher:
                     needs: frozenset[bytes] = frozenset()
                 else:
                     needs = frozenset(anchor.encode() for anchor in anchors)  # each is text the pattern requires
-                target = Target(rule, index, pattern, pattern_index, needs, rule.file in builtin)
+                # a fact's group inside a lookahead may end past the match, where the text was cut
+                reads_ahead = rule.kind == "fact" and "(?=" in pattern.compiled.pattern
+                target = Target(rule, index, pattern, pattern_index, needs, rule.file in builtin, reads_ahead)
                 for anchor in anchors:
                     targets.setdefault(anchor.encode(), []).append(target)
         return targets
@@ -372,9 +374,12 @@ class Matcher:
         candidate): it has a logger's prefix, the next line starts a record of its own, and a
         finding read on it leaves no other rule cut short by the line's end (it ends closed).
         Then no message goes on below it, and the second try has nothing to read beside."""
-        if not lines.is_whole_record():
-            return False
-        return not selection.loose or any(event.rule.kind == "finding" for event in events) and not cut_end(lines.parts(0).text)
+        if not selection.loose:
+            return lines.is_whole_record()
+        for event in events:
+            if event.rule.kind == "finding":
+                return lines.is_whole_record() and not cut_end(lines.parts(0).text)
+        return False
 
     def _read_around(
         self, source: str, lines: Lines, selection: Selection, events: list[Event], cursor: Cursor, consumed: int
@@ -510,20 +515,26 @@ class Matcher:
             except TimeoutError:
                 self.timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
                 continue
-            if match is None or candidate is not None and not (match.start() < candidate[1] and match.end() > candidate[0]):
+            if match is None:
                 continue
-            if digits_follow is not None and match.end() == len(text) and text[-1:].isdigit() and digits_follow():
+            start, end = match.span()
+            if candidate is not None and not (start < candidate[1] and end > candidate[0]):
                 continue
+            if end == len(text):
+                if digits_follow is not None and text[-1:].isdigit() and digits_follow():
+                    continue
+                groups = match.groupdict()
+            else:
+                groups = whole_groups(match, text) if target.reads_ahead else match.groupdict()
+                if text[end] in MARK_STARTS and number_cut_at(text, end):
+                    groups = without_cut_value(match, groups)
             if record is None:
                 record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
-            groups = whole_groups(match, text) if rule.kind == "fact" and match.end() < len(text) else match.groupdict()
-            if number_cut_at(text, match.end()):
-                groups = without_cut_value(match, groups)
             read_fields = target.read_fields
             if read_fields is None:
                 read_fields = target.read_fields = field_reader(rule, list(groups))
             fields = read_fields(groups)
-            quoted = functools.partial(excerpt, text, match.start(), match.end())
+            quoted = functools.partial(excerpt, text, start, end)
             events.append(Event(rule, record, fields, quoted, pattern.id, pattern.hosted))
             matched_rule = target.rule_index
         return events

@@ -52,6 +52,7 @@ class Target:
     pattern_index: int
     needs: frozenset[bytes]  # anchors a line holds all of when it matches alone; empty: keywords, any one
     builtin: bool  # a built-in pattern: tested to match alike with stdlib re
+    reads_ahead: bool  # a fact with groups in a lookahead: those may run to where the text was cut
     search: Any = None  # text -> match or None, bounded in time; made on first use
     read_fields: Any = None  # its groupdict -> typed fields, made on its first match
     loose: LoosePattern | None | bool = False  # its paste-tolerant form, derived on first need (None: none)
