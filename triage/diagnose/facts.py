@@ -105,13 +105,15 @@ class Run:
         return bool(self.problems or self.facts or self.lifecycle.active)
 
     def took(self, event: Event) -> None:
-        line = event.record.line
+        record = event.record
         self.lifecycle.add(event)
-        if event.rule.role is not None and not printed_by_vllm(event.record) and not self.lifecycle.kept(event.record):
+        if event.rule.role is not None and not printed_by_vllm(record) and not self.lifecycle.kept(record):
             return  # a sentence about a failure, not a raw traceback's line: no line of the run
         if not self.first_line:
-            self.first_line, self.source = line, event.record.source
-        self.last_line = max(self.last_line, event.record.end_line, line)
+            self.first_line, self.source = record.line, record.source
+        last = record.end_line if record.end_line > record.line else record.line
+        if last > self.last_line:  # (max() of three costs a call on every line of figures)
+            self.last_line = last
 
     def add_fact(self, event: Event, inputs: tuple[str, ...] | None = None) -> None:
         """inputs: derived_inputs(event.rule), when the caller keeps it per rule."""
@@ -120,12 +122,17 @@ class Run:
         if "total_gib" in fields:
             facts.drop(TOTAL_FROM)  # the log's own figure, not the table's
         rule = event.rule
-        witnesses = self._across_ranks(event) if rule.across_ranks else {}
-        facts.set({k: v for k, v in fields.items() if k not in witnesses}, source, line)
-        for name, witness in witnesses.items():
-            facts.set({name: witness.fields[name]}, witness.record.source, witness.record.line)
-        for name in fields:
-            fact_events[name] = witnesses.get(name, event)  # the newest line, not a copy: only its place is cited
+        if rule.across_ranks:
+            witnesses = self._across_ranks(event)
+            facts.set({k: v for k, v in fields.items() if k not in witnesses}, source, line)
+            for name, witness in witnesses.items():
+                facts.set({name: witness.fields[name]}, witness.record.source, witness.record.line)
+            for name in fields:
+                fact_events[name] = witnesses.get(name, event)
+        else:
+            facts.set(fields, source, line)
+            for name in fields:
+                fact_events[name] = event  # the newest line, not a copy: only its place is cited
         if rule.derived:
             inputs = derived_inputs(rule) if inputs is None else inputs
             derived = derive(rule, {name: facts.get(name, DEFAULTS.get(name)) for name in inputs})
@@ -239,6 +246,8 @@ def derive(rule: Rule, names: dict[str, Any], totals: Mapping[str, Any] | None =
     The rule's totals come first: these (over the lines a finding stands for), else one
     line's, its fields' own values."""
     if totals is None:
+        if not rule.totals:
+            return derive_these(rule.derived.items(), names)
         totals = line_totals(rule, names)
     names.update(totals)
     return {**totals, **derive_these(rule.derived.items(), names)}

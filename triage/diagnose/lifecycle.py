@@ -110,14 +110,14 @@ class Lifecycle:
 
     def add(self, event: Event) -> None:
         record, role = event.record, event.rule.role
-        process = tag(record)
+        process = record.process or tag(record)
         key = self._key(process)
         seen = key in self.seen
         if not seen and len(self.seen) < MAX_PROCESSES:
             self.seen.add(key)
         if record.time:
             self.latest = record.time
-        if role is None:
+        if role is None:  # (nearly every line: a figure of the server)
             return
         if role == "ready":
             if self.ready is None and printed_by_vllm(record):

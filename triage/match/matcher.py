@@ -357,11 +357,12 @@ class Matcher:
         consumed = cursor.consumed_until
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
                                   lines.digits_at(1))
-        if events and self._read_whole(lines, selection, events):
-            read = {event.rule.code for event in events}
-            records = [target for target in selection.records if target.rule.code not in read]
-            if records:
-                events = match_records(self, source, lines, records, events, cursor, consumed)
+        if events and self._read_whole(lines, parts.text, selection, events):
+            if selection.records:
+                read = {event.rule.code for event in events}
+                records = [target for target in selection.records if target.rule.code not in read]
+                if records:
+                    events = match_records(self, source, lines, records, events, cursor, consumed)
         else:
             events = self._read_around(source, lines, selection, events, cursor, consumed)
         self._mark_hosted(events, lines, selection)
@@ -369,7 +370,7 @@ class Matcher:
         return events
 
     @staticmethod
-    def _read_whole(lines: Lines, selection: Selection, events: list[Event]) -> bool:
+    def _read_whole(lines: Lines, text: str, selection: Selection, events: list[Event]) -> bool:
         """The exact patterns read the line whole, as a line of a server's log is (nearly every
         candidate): it has a logger's prefix, the next line starts a record of its own, and a
         finding read on it leaves no other rule cut short by the line's end (it ends closed).
@@ -378,7 +379,7 @@ class Matcher:
             return lines.is_whole_record()
         for event in events:
             if event.rule.kind == "finding":
-                return lines.is_whole_record() and not cut_end(lines.parts(0).text)
+                return lines.is_whole_record() and not cut_end(text)
         return False
 
     def _read_around(
