@@ -133,6 +133,7 @@ BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 TAR_MAGIC_AT = 257  # "ustar" in a tar header
 # safetensors: a little-endian u64 length, then the JSON header that many bytes long
 SAFETENSORS = re.compile(rb"[\s\S]{8}\{\"")
+NOT_NUL = re.compile(rb"[^\x00]")  # where a copytruncate hole of NULs at the input's start ends
 
 
 def sniff_binary(stream: BinaryIO) -> str | None:
@@ -192,9 +193,13 @@ class NotText:
         UTF-8 decode; only a chunk with junk is looked at line by line."""
         if not self.started:
             self.started = True
-            start = end - len(data[start:end].lstrip(b"\x00"))
+            if data[start : start + 1] == b"\x00":
+                text = NOT_NUL.search(data, start, end)
+                start = end if text is None else text.start()
         nul = _find_nul(data, start, end)
-        invalid = _first_invalid(data, start, end)
+        # a buffer of ASCII holds no byte that is not UTF-8: one pass of C, no decoding (the
+        # bytes past `end` are the next chunk's start or earlier ones: this is a sufficient test)
+        invalid = end if data.isascii() else _first_invalid(data, start, end)
         while min(nul, invalid) < end:
             bad = min(nul, invalid)
             first = data.rfind(b"\n", start, bad) + 1 or start

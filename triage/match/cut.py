@@ -22,7 +22,9 @@ ASCII_RUN = re.compile(r"[\x00-\x7f]*")
 # lone dots).
 MARK_STARTS = frozenset(" \t.\u2026[(<")  # the characters a cut mark (after its blanks) starts with
 MARK_SPAN = 40  # a cut mark is looked for in this much of a line's end: a search of whole lines cost every metrics line
-MARK_HINT = re.compile("\\.\\.|\u2026|trunc|cut", re.IGNORECASE)  # what every cut mark holds: most lines hold none
+# what every cut mark holds: most lines hold none. It is `\.\.|…|trunc|cut` ignoring case, written
+# to start with one class of characters, which re skips to instead of trying each branch at each place
+MARK_HINT = re.compile("[.\u2026tTcC](?:(?<=\\.)\\.|(?<=\u2026)|(?<=[tT])(?i:runc)|(?<=[cC])(?i:ut))")
 CUT_MARK = re.compile(
     r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
 )

@@ -22,11 +22,15 @@ class Cursor:
     started: dict[int, set[tuple[str, bool]]] = field(default_factory=dict)  # recent lines that began an event: (rule, finding)
 
     def mark(self, events: list[Event]) -> None:
+        started = self.started
         for event in events:
-            self.started.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
-        if len(self.started) > 2 * RECENT_STARTS:
-            for line in sorted(self.started)[:-RECENT_STARTS]:
-                del self.started[line]
+            seen = started.get(event.record.line)
+            if seen is None:  # (setdefault would make a set for every event)
+                seen = started[event.record.line] = set()
+            seen.add((event.rule.code, event.rule.kind == "finding"))
+        if len(started) > 2 * RECENT_STARTS:
+            for line in sorted(started)[:-RECENT_STARTS]:
+                del started[line]
 
     def began(self, event: Event) -> bool:
         """This rule's event already began on the event's first line: the same message again."""
