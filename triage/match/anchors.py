@@ -12,6 +12,7 @@ three lines still leaves one of them whole.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -118,6 +119,57 @@ def required_runs(source: str) -> list[str] | None:
         return None
     flush()
     return runs
+
+
+@functools.cache
+def openings(source: str) -> tuple[str, ...]:
+    """The literal texts the regex may start with (one per alternative it opens with): every
+    match holds one of them whole, and a match that the text's end cuts short holds one or a
+    start of one. () when that is not known: the regex starts otherwise (a class, a repeat),
+    ignores case, or is syntax only the regex module reads."""
+    try:
+        tree = sre_parse.parse(source)
+    except Exception:  # noqa: BLE001 - syntax only the `regex` module knows: no opening
+        return ()
+    if tree.state.flags & sre_constants.SRE_FLAG_IGNORECASE:
+        return ()
+    return tuple(_openings(list(tree)) or ())
+
+
+def _openings(items: list) -> list[str] | None:
+    c = sre_constants
+    literal: list[str] = []
+    for op, value in items:
+        if op is c.LITERAL:
+            literal.append(chr(value))
+        elif op is c.AT:  # ^, \b: zero-width
+            continue
+        elif literal:
+            break
+        elif op is c.SUBPATTERN:  # what follows the group is not added: its own openings are enough
+            return None if value[1] & c.SRE_FLAG_IGNORECASE else _openings(list(value[3]))
+        elif op is c.BRANCH:
+            found = [_openings(list(branch)) for branch in value[1]]
+            return None if any(not branch for branch in found) else [text for branch in found for text in branch]  # type: ignore[union-attr]
+        else:
+            return None
+    return ["".join(literal)] if literal else None
+
+
+def may_match_cut(source: str, text: str) -> bool:
+    """A match of the regex may run to the text's end and want more (a partial match): the
+    text holds an opening of it, or ends in a start of one. False is certain, so the regex
+    module (partial matching) need not be imported to ask a line that cannot be."""
+    known = openings(source)
+    return not known or any(opening in text or any(text.endswith(opening[:size]) for size in range(1, len(opening)))
+                            for opening in known)
+
+
+def opens_in(source: str, text: str) -> bool:
+    """The text holds an opening of the regex: a match (whole, or cut short after one of its
+    groups) may start in it. False is certain."""
+    known = openings(source)
+    return not known or any(opening in text for opening in known)
 
 
 def _candidates(run: str) -> list[tuple[int, int, int]]:

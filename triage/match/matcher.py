@@ -36,6 +36,7 @@ from triage.input.records import LineParts
 from triage.match.anchors import (
     anchors_for,
     keyword_anchor,
+    may_match_cut,
     needs_keywords,
     strong_anchor,
 )
@@ -440,6 +441,8 @@ class Matcher:
 
     def cut_short(self, target: Target, text: str) -> bool:
         """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
+        if not may_match_cut(target.pattern.compiled.pattern, text):
+            return False
         try:
             match = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
         except TimeoutError:

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from triage.input.records import LineParts
+from triage.match.anchors import opens_in
 from triage.match.cut import number_cut_at, without_cut_value
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import Lines, worded_join
@@ -172,6 +173,8 @@ def record_groups(
             groups = {name: value if value is not None else other.get(name) for name, value in groups.items()}
         return groups, text
     for text in cut_at:
+        if not opens_in(target.pattern.compiled.pattern, text):  # no group can have closed in it
+            continue
         cut = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
         if cut is None or not cut.partial:
             continue
