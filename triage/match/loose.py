@@ -40,7 +40,6 @@ MIN_HEAD = 14  # letters and digits in the literal run that ends a head: below t
 MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") is not a message
 SOFT_GLUE = 24  # characters (normalised) other words between two numbers may take
 SHORT_GLUE = 16  # only glue this short (letters and digits) may be worded otherwise: "in the messages,"
-PROBE_WORD = 5  # shortest head word the anchor pass may look for in damaged text
 NUMBER, TEXT = 2, 1  # the kind of value a step of the chain reads
 
 QUOTES = ("'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a"
@@ -72,7 +71,7 @@ def normalise(text: str) -> str:
 class LoosePattern:
     regex: str  # for the regex module, IGNORECASE
     probe: str  # the longest letters-and-digits piece of the head, lower case: a cheap first test
-    words: list[str]  # words of the head, for the anchor pass (damaged text may hold no exact anchor)
+    pieces: list[str]  # every such piece of the head, lower case: a text without one of them holds no match
     fields: list[str]  # the pattern's own named groups
     compiled: Any = None
 
@@ -171,7 +170,7 @@ def loose_form_of(source: str) -> LoosePattern | None:
 
 def _stored(loose: LoosePattern | None) -> list | None:
     """A loose form as JSON values, for the rule cache (what it is derived from, not compiled)."""
-    return None if loose is None else [loose.regex, loose.probe, loose.words, loose.fields]
+    return None if loose is None else [loose.regex, loose.probe, loose.pieces, loose.fields]
 
 
 def _from_stored(plain: list | None) -> LoosePattern | None:
@@ -217,11 +216,9 @@ def derive_loose(source: str) -> LoosePattern | None:
         marks = ("(?P<_n>)" if index == last_number else "") + ("(?P<_v>)" if index == last_value else "")
         # a cut inside the step's alternation reads that far and ends the chain (not complete)
         chain = f"(?:{step}{marks}{chain}{'|' + cut if cut else ''})?"
-    head_text = " ".join(content for literal, content in segments[: head_end + 1] if literal)
     pieces = [p for literal, content in segments[: head_end + 1] if literal for p in re.findall(r"[A-Za-z0-9]+", _plain(content))]
     probe = max(pieces, key=len).lower() if pieces else ""
-    words = [w for w in re.findall(r"[A-Za-z][a-z]+", head_text) if len(w) >= PROBE_WORD]
-    return LoosePattern(head + chain, probe, words, list(tree.state.groupdict))
+    return LoosePattern(head + chain, probe, list(dict.fromkeys(p.lower() for p in pieces)), list(tree.state.groupdict))
 
 
 def _head_clause(content: str, letters: int, words: int) -> list[tuple[bool, str]]:

@@ -115,7 +115,7 @@ def loose_readings(
     readings: list[tuple[LooseMatch, Target]] = []
     for target in targets:
         pattern = target.loose_form()
-        if pattern is None or not window.may_hold(pattern.probe):
+        if pattern is None or not all(window.may_hold(piece) for piece in pattern.pieces):
             continue
         try:
             found = loose_match(pattern, window.text(), MATCH_TIMEOUT)

@@ -76,7 +76,7 @@ class LooseWindow:
         return form
 
     def may_hold(self, probe: str) -> bool:
-        """The head's longest piece is in the lines read so far (a cheap test before the regex)."""
+        """A piece of the head is in the lines read so far (a cheap test before the regex)."""
         if self._lower is None:
             self._lower = "".join(self.forms).lower()
         return probe in self._lower
