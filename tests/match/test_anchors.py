@@ -62,3 +62,6 @@ def test_openings_follow_the_regex_into_its_first_group_and_alternatives():
     assert openings(r"(?:optional )?text") == ()
     assert not may_match_cut(r"GPU KV cache usage: (?P<u>\d+)%", "INFO Avg prompt throughput: 1.0 tokens/s")
     assert may_match_cut(r"GPU KV cache usage: (?P<u>\d+)%", "INFO Running: 1 reqs, GPU KV ca")
+    assert openings(r"^\s*File \"(?P<path>[^\"]+)\"") == ('File "',)
+    assert may_match_cut(r"^\s*File \"(?P<path>[^\"]+)\"", "Traceback:   ")
+    assert not may_match_cut(r"^\s*File \"(?P<path>[^\"]+)\"", "total_gpu_memory (44.34GiB) x 0.85")

@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 # The regex parser of the stdlib (Python 3.11+, which the project requires); typeshed has no stubs for it.
 from re import _constants as sre_constants  # type: ignore[attr-defined]
@@ -121,19 +122,35 @@ def required_runs(source: str) -> list[str] | None:
     return runs
 
 
-@functools.cache
 def openings(source: str) -> tuple[str, ...]:
     """The literal texts the regex may start with (one per alternative it opens with): every
     match holds one of them whole, and a match that the text's end cuts short holds one or a
     start of one. () when that is not known: the regex starts otherwise (a class, a repeat),
     ignores case, or is syntax only the regex module reads."""
+    return _opening_form(source)[0]
+
+
+@functools.cache
+def _opening_form(source: str) -> tuple[tuple[str, ...], bool]:
+    """openings(source), and whether optional whitespace comes before them ("^\\s*File ")."""
     try:
         tree = sre_parse.parse(source)
     except Exception:  # noqa: BLE001 - syntax only the `regex` module knows: no opening
-        return ()
+        return (), False
     if tree.state.flags & sre_constants.SRE_FLAG_IGNORECASE:
-        return ()
-    return tuple(_openings(list(tree)) or ())
+        return (), False
+    items = [(op, value) for op, value in tree if op is not sre_constants.AT]  # ^, \b: zero-width
+    spaced = bool(items) and _optional_space(*items[0])
+    return tuple(_openings(items[1:] if spaced else items) or ()), spaced
+
+
+def _optional_space(op: Any, value: Any) -> bool:
+    c = sre_constants
+    return op in (c.MAX_REPEAT, c.MIN_REPEAT) and value[0] == 0 and all(
+        o is c.CATEGORY and v is c.CATEGORY_SPACE or o is c.LITERAL and chr(v).isspace()
+        or o is c.IN and all(io is c.CATEGORY and iv is c.CATEGORY_SPACE or io is c.LITERAL and chr(iv).isspace()
+                             for io, iv in v)
+        for o, v in value[2])
 
 
 def _openings(items: list) -> list[str] | None:
@@ -142,7 +159,7 @@ def _openings(items: list) -> list[str] | None:
     for op, value in items:
         if op is c.LITERAL:
             literal.append(chr(value))
-        elif op is c.AT:  # ^, \b: zero-width
+        elif op is c.AT:  # zero-width
             continue
         elif literal:
             break
@@ -158,11 +175,14 @@ def _openings(items: list) -> list[str] | None:
 
 def may_match_cut(source: str, text: str) -> bool:
     """A match of the regex may run to the text's end and want more (a partial match): the
-    text holds an opening of it, or ends in a start of one. False is certain, so the regex
-    module (partial matching) need not be imported to ask a line that cannot be."""
-    known = openings(source)
-    return not known or any(opening in text or any(text.endswith(opening[:size]) for size in range(1, len(opening)))
-                            for opening in known)
+    text holds an opening of it, or ends in a start of one (or in the whitespace before
+    them). False is certain, so the regex module (partial matching) need not be imported to
+    ask a line that cannot be."""
+    known, spaced = _opening_form(source)
+    if not known or spaced and text[-1:].isspace():
+        return True
+    return any(opening in text or any(text.endswith(opening[:size]) for size in range(1, len(opening)))
+               for opening in known)
 
 
 def opens_in(source: str, text: str) -> bool:
