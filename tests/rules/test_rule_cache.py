@@ -110,7 +110,8 @@ def test_another_regex_or_pyyaml_does_not_meet_the_entries_the_old_one_made(tmp_
         return files(name) + (" _main.py:40000:1" if name == module else "")  # a file of another size and time
 
     monkeypatch.setattr(rulecache, "_module_files", upgraded)
-    monkeypatch.setattr(rulecache, "_salt", None)
+    monkeypatch.setattr(rulecache, "_salts", {})
+    monkeypatch.setattr(rulecache, "_base_salt", None)
     load_rules([path])
     assert len(entries(cache, "rules-")) == 2 * len(before)  # every file read and stored again
 
@@ -442,3 +443,25 @@ def test_writing_keeps_the_newest_entries_and_lists_the_folder_once_a_process(ca
     assert entries(cache) == ["new-1.json", "old-3.json", "old-4.json"]
     rulecache.write("new-2.json", b"{}")  # at most a process's own entries beyond the limit
     assert entries(cache) == ["new-1.json", "new-2.json", "old-3.json", "old-4.json"]
+
+
+def test_an_entry_is_keyed_by_the_code_that_derives_it_alone(monkeypatch):
+    """Editing the code that derives a kind of entry (loose.py: the loose forms) gives that
+    kind new keys; editing other code (the matcher's per-line work, matcher.py) keeps every
+    key, so the user's cache stays warm across such an edit."""
+    sources = rulecache._source
+
+    def keys() -> dict[str, str]:
+        monkeypatch.setattr(rulecache, "_salts", {})
+        monkeypatch.setattr(rulecache, "_base_salt", None)
+        return {kind: rulecache.entry_key(kind, b"same input") for kind in rulecache.DERIVED_BY}
+
+    def edited(name):
+        monkeypatch.setattr(rulecache, "_source", lambda path: sources(path) + (b"# edited" if path.name == name else b""))
+        return keys()
+
+    before = keys()
+    assert edited("matcher.py") == before
+    after = edited("loose.py")
+    assert {kind for kind in before if after[kind] != before[kind]} == {"loose", "loose-one"}
+    assert set(edited("cache.py").values()).isdisjoint(before.values())  # its code goes into every kind

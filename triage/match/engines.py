@@ -301,6 +301,23 @@ def _compiled_database(hyperscan: Any, anchors: list[bytes]) -> Any:
     return database
 
 
+def substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, ...]]:
+    """For an anchor that holds shorter anchors, all of them: the engine reports only the longest."""
+    anchors = list(targets)
+    if not anchors:
+        return {}
+    find = ReEngine(anchors).found_in  # the longest anchor at each place inside another
+    known, lengths = set(anchors), sorted({len(a) for a in anchors})
+    closure = {}
+    for anchor in anchors:
+        found = find(anchor, 0, len(anchor))
+        found |= {f[:n] for f in found for n in lengths if n < len(f) and f[:n] in known}  # and their prefixes
+        inside = tuple(sorted(found))
+        if len(inside) > 1:
+            closure[anchor] = inside
+    return closure
+
+
 def cached_closure(
     anchors: Iterable[bytes], compute: Callable[[], dict[bytes, tuple[bytes, ...]]]
 ) -> dict[bytes, tuple[bytes, ...]]:

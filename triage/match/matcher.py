@@ -41,7 +41,7 @@ from triage.match.anchors import (
     strong_anchor,
 )
 from triage.match.cut import MARK_STARTS, cut_end, number_cut_at, without_cut_value
-from triage.match.engines import ReEngine, cached_closure, make_engine
+from triage.match.engines import cached_closure, make_engine, substring_closure
 from triage.match.fields import excerpt, field_reader, whole_groups
 from triage.match.lines import CONTEXT_LINES, History, Lines, around, end_of_first_lines, joins, lines_after, start_of_last_lines
 from triage.match.paste_sweep import PASTE_SIZE, whole_paste, with_paste_sweep
@@ -89,7 +89,7 @@ class Matcher:
                              key=lambda t: (t.rule_index, t.pattern_index)):
             if target.rule.kind == "fact" and target.rule.role in RECORD_ROLES:
                 self._facts_by_code.setdefault(target.rule.code, []).append(target)
-        self._closure = cached_closure(self.targets, lambda: _substring_closure(self.targets))
+        self._closure = cached_closure(self.targets, lambda: substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
@@ -572,23 +572,6 @@ def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: i
         if data.find(marker, start, end) >= 0:
             return True
     return False
-
-
-def _substring_closure(targets: dict[bytes, list]) -> dict[bytes, tuple[bytes, ...]]:
-    """For an anchor that holds shorter anchors, all of them: the engine reports only the longest."""
-    anchors = list(targets)
-    if not anchors:
-        return {}
-    find = ReEngine(anchors).found_in  # the longest anchor at each place inside another
-    known, lengths = set(anchors), sorted({len(a) for a in anchors})
-    closure = {}
-    for anchor in anchors:
-        found = find(anchor, 0, len(anchor))
-        found |= {f[:n] for f in found for n in lengths if n < len(f) and f[:n] in known}  # and their prefixes
-        inside = tuple(sorted(found))
-        if len(inside) > 1:
-            closure[anchor] = inside
-    return closure
 
 
 @dataclass(slots=True)

@@ -43,11 +43,26 @@ MAX_ENTRIES = 256  # beyond this, writing an entry removes the oldest ones
 PER_PATTERN = "patterns"  # the subfolder of entries made of one pattern
 MAX_PER_PATTERN = 4096  # its entries: the built-in rules alone make 400 (both compiled forms, the loose form)
 FORMAT = b"1"
-# The code whose output is cached: a change to it (in a checkout, where the version
-# stays the same) must not meet entries it made before.
-DERIVING_MODULES = ("rules/ruleset.py", "match/anchors.py", "match/engines.py", "rules/cache.py", "match/matcher.py", "match/loose.py")
+# The code whose output each kind of entry holds: a change to it (in a checkout, where the
+# version stays the same) must not meet entries it made before; a change to other code
+# (the matcher's per-line work) keeps them. This module's own code goes into every kind.
+DERIVED_BY = {
+    # a rule file read and checked (its expressions, templates and lifecycle names), with its anchors
+    "rules": ("rules/ruleset.py", "rules/yamlfile.py", "rules/expr.py", "match/anchors.py", "diagnose/lifecycle.py"),
+    "loose": ("match/loose.py",),
+    "loose-one": ("match/loose.py",),
+    "regex": (),
+    "re": (),
+    # the anchor pass's engines and the anchors found inside each other
+    "trie": ("match/engines.py", "match/anchors.py"),
+    "entry": ("match/engines.py", "match/anchors.py"),
+    "hyperscan": ("match/engines.py",),
+    "closure": ("match/engines.py",),
+}
+DERIVING_MODULES = tuple(dict.fromkeys(name for names in DERIVED_BY.values() for name in names))  # any other kind
 
-_salt: bytes | None = None
+_salts: dict[str, bytes] = {}
+_base_salt: bytes | None = None
 _usable_dirs: dict[str, bool] = {}
 _pruned: set[str] = set()  # folders pruned by this process
 _compiled_here: dict[tuple[str, str, int], Any] = {}
@@ -65,7 +80,7 @@ def cache_dir() -> Path | None:
 
 
 def entry_key(kind: str, *parts: bytes) -> str:
-    digest = blake2b(_code_salt(), digest_size=20)
+    digest = blake2b(_code_salt(kind), digest_size=20)
     digest.update(kind.encode())
     for part in parts:
         digest.update(len(part).to_bytes(8, "little"))
@@ -73,19 +88,29 @@ def entry_key(kind: str, *parts: bytes) -> str:
     return digest.hexdigest()
 
 
-def _code_salt() -> bytes:
-    global _salt
-    if _salt is None:
-        digest = blake2b(FORMAT, digest_size=20)
-        digest.update(f"{__version__} {sys.version} {_module_files('regex')} {_module_files('yaml')}".encode())
+def _code_salt(kind: str) -> bytes:
+    """What an entry of this kind is derived by: the versions, and the code that derives it."""
+    salt = _salts.get(kind)
+    if salt is None:
+        global _base_salt
         here = Path(__file__).resolve().parent.parent  # the triage package
-        for name in DERIVING_MODULES:
-            try:
-                digest.update((here / name).read_bytes())
-            except OSError:  # pragma: no cover - a zipped install: the version alone
-                digest.update(name.encode())
-        _salt = digest.digest()
-    return _salt
+        if _base_salt is None:
+            digest = blake2b(FORMAT, digest_size=20)
+            digest.update(f"{__version__} {sys.version} {_module_files('regex')} {_module_files('yaml')}".encode())
+            digest.update(_source(here / "rules/cache.py"))
+            _base_salt = digest.digest()
+        digest = blake2b(_base_salt, digest_size=20)
+        for name in DERIVED_BY.get(kind, DERIVING_MODULES):
+            digest.update(_source(here / name))
+        salt = _salts[kind] = digest.digest()
+    return salt
+
+
+def _source(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # pragma: no cover - a zipped install: the version alone
+        return path.name.encode()
 
 
 def _module_files(module: str) -> str:
