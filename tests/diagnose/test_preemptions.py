@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triage.cli import main
-from triage.pipeline import ScanOptions, Text, scan
+from triage.pipeline import ScanOptions, Text, make_matcher, scan
 from triage.report import REPORTERS, render
+from triage.rules.ruleset import load_rules
 
 V0_TAIL = (
     "Sequence group {request_id} is preempted by PreemptionMode.{mode} mode because there is not enough KV cache "
@@ -51,7 +52,7 @@ request_ids = st.one_of(
 
 @st.composite
 def v0_lines(draw):
-    counts = draw(st.lists(st.integers(1, 2_000_000), min_size=1, max_size=30))
+    counts = [1 + 50 * n for n in draw(st.lists(st.integers(0, 40_000), min_size=1, max_size=30))]  # as vLLM warns
     prefix = draw(st.sampled_from(V0_PREFIXES))
     lines = [prefix.format(minute=i % 60) + V0_TAIL.format(request_id=draw(request_ids), count=count,
                                                            mode=draw(st.sampled_from(["RECOMPUTE", "SWAP"])))
@@ -178,3 +179,43 @@ def test_every_format_says_the_total_and_the_lines(matcher, drawn, noise, rng):
     assert (finding.count, finding.derived["preemptions"]) == (len(lines), preemptions)
     for name, said in SAID.items():
         said(render(result, name), finding)
+
+
+RULES = load_rules()
+MATCHER = make_matcher(ScanOptions(RULES))
+CUT_COUNT = 251  # no digits it starts with are a count vLLM prints: a cut inside it reads as one
+
+
+def vt301(lines: list[str]):
+    findings = [f for f in scan([Text("paste.txt", ("\n".join(lines) + "\n").encode())],
+                                ScanOptions(RULES, matcher=MATCHER)).findings
+                if f.code == "VT301"]
+    assert len(findings) <= 1
+    return findings[0] if findings else None
+
+
+def test_a_v0_warning_cut_anywhere_counts_its_line_and_states_no_count():
+    """A paste cut the last warning anywhere in its message: inside its count ("=2" of 251) or
+    before it. The warning still counts as a line when its head was read, its count is not read
+    (nor a piece of it), the largest whole count stands, and the words say how many warnings
+    there were and that the cut ones show no count."""
+    for prefix, counts in ((V0_PREFIXES[0], []), (V0_PREFIXES[1], [1, 51, 101])):
+        whole = [prefix.format(minute=n) + V0_TAIL.format(request_id=f"cmpl-{n}ab-0", count=count, mode="SWAP")
+                 for n, count in enumerate(counts)]
+        line = prefix.format(minute=59) + V0_TAIL.format(request_id="chatcmpl-77ef", count=CUT_COUNT, mode="RECOMPUTE")
+        for cut in range(len(prefix.format(minute=59)) + 1, len(line) + 1):
+            seen = vt301([line[:cut]]) is not None  # the rule still tells the cut warning by its head
+            finding = vt301([*whole, line[:cut]])
+            assert (finding.count if finding else 0) == len(counts) + seen, line[:cut]
+            if not finding:
+                continue
+            words = " ".join(finding.cause)
+            if cut == len(line):
+                assert finding.derived["preemptions"] == CUT_COUNT
+            elif counts:
+                assert finding.derived["preemptions"] == max(counts), line[:cut]
+                if seen:
+                    assert f"{len(counts)} of the {len(counts) + 1} preemption warnings here show their count" in words
+            else:
+                assert "preemptions" not in finding.derived and "cumulative_preemptions" not in finding.fields
+                assert "preemption warnings here: 1, the paste cut each before vLLM's cumulative count" in words

@@ -42,12 +42,14 @@ NUMERIC = {"int", "float", "gib"}
 @dataclass(frozen=True)
 class Template:
     """A pattern's message with numeric slots: literal parts between (name, type, separators, negative,
-    positive); positive: the pattern refuses a zero there (vLLM prints the part only above 0)."""
+    values); values: "positive" when the pattern refuses a zero there (vLLM prints the part only
+    above 0), "warned" when it reads only the counts vLLM warns at (1, 51, 101, ...: VT301's
+    cumulative count, whose other digits are a cut one), else "any"."""
 
     rule: Rule
     pattern: Pattern
     parts: tuple[str, ...]
-    slots: tuple[tuple[str, str, bool, bool, bool], ...]
+    slots: tuple[tuple[str, str, bool, bool, str], ...]
     anchored: bool  # the regex starts with ^: a raw line (collect-env), no vLLM prefix
 
     def render(self, values: dict[str, str]) -> str:
@@ -72,6 +74,12 @@ def templates() -> list[Template]:
     return list(found.values())
 
 
+def reads(pattern: Pattern, text: str, start: int, end: int, name: str, value: str) -> bool:
+    """The pattern reads this value in the field's place in the text."""
+    match = pattern.compiled.search(text[:start] + value + text[end:])
+    return match is not None and match.group(name) == value
+
+
 def _template(rule: Rule, pattern: Pattern, text: str, match) -> Template:
     spans = []
     for name in pattern.fields:
@@ -86,8 +94,10 @@ def _template(rule: Rule, pattern: Pattern, text: str, match) -> Template:
             continue
         parts.append(text[cursor:start])
         separators = pattern.types.get(name) == "int"
-        positive = pattern.compiled.search(text[:start] + "0" + text[end:]) is None
-        slots.append((name, rule.field_types[name], separators, text[start:end].startswith("-"), positive))
+        values = "positive" if pattern.compiled.search(text[:start] + "0" + text[end:]) is None else "any"
+        if rule.field_types[name] == "int" and not reads(pattern, text, start, end, name, "2"):
+            values = "warned"
+        slots.append((name, rule.field_types[name], separators, text[start:end].startswith("-"), values))
         cursor = end
     parts.append(text[cursor:])
     return Template(rule, pattern, tuple(parts), tuple(slots), pattern.compiled.pattern.startswith("^"))
@@ -109,10 +119,13 @@ def test_every_pattern_has_a_template():
 
 
 @st.composite
-def number(draw, kind: str, separators: bool, negative: bool, positive: bool = False):
+def number(draw, kind: str, separators: bool, negative: bool, values: str = "any"):
     """(text as vLLM would print it, the value the scan must return)."""
+    if values == "warned":
+        value = 1 + 50 * draw(st.integers(0, 10**5))
+        return str(value), value
     if kind == "int":
-        value = draw(st.integers(min_value=int(positive) if not negative else -10**6, max_value=10**7))
+        value = draw(st.integers(min_value=int(values == "positive") if not negative else -10**6, max_value=10**7))
         if negative:
             value = -abs(value) or -1
         grouped = separators and draw(st.booleans())
@@ -125,10 +138,10 @@ def number(draw, kind: str, separators: bool, negative: bool, positive: bool = F
 @st.composite
 def filled(draw, template: Template):
     texts, wanted = {}, {}
-    for name, kind, separators, negative, positive in template.slots:
+    for name, kind, separators, negative, values in template.slots:
         if name in texts:  # the same field twice in one message (e.g. the draft window)
             continue
-        texts[name], wanted[name] = draw(number(kind, separators, negative, positive))
+        texts[name], wanted[name] = draw(number(kind, separators, negative, values))
     return texts, wanted
 
 

@@ -311,7 +311,7 @@ class Folded:
             add_totals(event.rule.totals, self.totals, line_totals(event.rule, event.fields))
 
 
-COMBINE: dict[str, Callable[[Any, Any], Any]] = {"sum": operator.add, "max": max, "min": min}
+COMBINE: dict[str, Callable[[Any, Any], Any]] = {"sum": operator.add, "max": max, "min": min, "count": operator.add}
 
 
 def add_totals(spec: Mapping[str, tuple[str, str]], into: dict[str, Any], more: Mapping[str, Any]) -> None:

@@ -254,8 +254,9 @@ def derive(rule: Rule, names: dict[str, Any], totals: Mapping[str, Any] | None =
 
 
 def line_totals(rule: Rule, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The rule's totals over one line: each is its field's value."""
-    return {name: fields[source] for name, (_, source) in rule.totals.items() if fields.get(source) is not None}
+    """The rule's totals over one line: each is its field's value (a count: 1, the line printed it)."""
+    return {name: 1 if how == "count" else fields[source] for name, (how, source) in rule.totals.items()
+            if fields.get(source) is not None}
 
 
 def derive_these(expressions: Iterable[tuple[str, Expression]], names: dict[str, Any]) -> dict[str, Any]:

@@ -80,8 +80,9 @@ NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # died process, a dead engine); shutdown: teardown lines that never fail a run by themselves.
 ROLES = ("ready", "failure", "traceback", "exception", "consequence", "shutdown")
 # `totals`: a number over every line a finding stands for (its repeats merged), worked out by
-# the diagnosis (triage.diagnose.diagnoser): the sum, largest or smallest of a field.
-TOTAL = re.compile(r"(?P<how>sum|max|min)\(\s*(?P<field>[A-Za-z_]\w*)\s*\)")
+# the diagnosis (triage.diagnose.diagnoser): the sum, largest or smallest of a field, or the
+# number of lines that printed it (count: VT301's warnings a paste cut before their count).
+TOTAL = re.compile(r"(?P<how>sum|max|min|count)\(\s*(?P<field>[A-Za-z_]\w*)\s*\)")
 # `across_ranks` (kind fact): a figure each rank of one startup prints for itself (tensor-
 # parallel workers); the run's value is the smallest or largest over the ranks, each rank
 # counted with the last value it printed. vLLM sizes the KV cache by the smallest rank.
@@ -409,7 +410,7 @@ def _parse_totals(where: str, raw: dict, field_types: dict[str, str]) -> dict[st
     for name, source in (raw.get("totals") or {}).items():
         match = TOTAL.fullmatch(str(source).strip())
         if match is None:
-            raise RuleError(f"{where}: totals {name}: must be sum(field), max(field) or min(field)")
+            raise RuleError(f"{where}: totals {name}: must be sum(field), max(field), min(field) or count(field)")
         if field_types.get(match["field"]) not in ("int", "float", "gib"):
             raise RuleError(f"{where}: totals {name}: '{match['field']}' is not a number a pattern captures")
         if name in field_types:
