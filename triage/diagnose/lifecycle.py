@@ -110,7 +110,7 @@ class Lifecycle:
 
     def add(self, event: Event) -> None:
         record, role = event.record, event.rule.role
-        process = record.process or tag(record)
+        process = record.process or (tag(record) if record.rank else None)  # (most lines: no tag at all)
         key = self._key(process)
         seen = key in self.seen
         if not seen and len(self.seen) < MAX_PROCESSES:

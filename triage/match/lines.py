@@ -255,8 +255,8 @@ class Lines:
         """The patterns that may match this line on its own. A pattern needs all its anchors
         in the raw bytes unless decoding rewrites them (escapes, ANSI, CR, NUL, a JSON log
         record): then any of them will do."""
-        if REWRITTEN.search(self.buffer, self.start, self.end):
-            return selection.every
+        if len(selection.alone) == len(selection.every) or REWRITTEN.search(self.buffer, self.start, self.end):
+            return selection.every  # (the same patterns: a metrics line holds every anchor of its patterns)
         return selection.alone
 
     def digits_at(self, offset: int) -> Callable[[], bool]:
