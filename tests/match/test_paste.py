@@ -606,6 +606,25 @@ DECOYS = [
     "INFO 08-12 10:15:03 [logger.py:41] Received request chatcmpl-3: prompt: 'the model said THE MODEL'S MAX SEQ LEN "
     "(32768) IS LARGER THAN THE MAXIMUM NUMBER OF TOKENS THAT CAN BE STORED IN KV CACHE (18416)', params: "
     "SamplingParams(n=1)",
+    # a head, then the writer's words: a value that takes no blank ("\\S+", "[\\w:]+") does not
+    # read on over them (blanks are gone in the loose form), nor does a skipped clause's name
+    "Sequence group 5 is preempted by PreemptionMode. Why",
+    "Sequence group cmpl-7 is preempted by PreemptionMode and I do not know why",
+    "Running: 5 reqs, Waiting: 3 reqs, Is that bad",
+    "ValueError: Free memory on device and I do not know why",
+    "ValueError: Free memory on device cuda:0 and I do not know why",
+    "ValueError: Free memory on device. Why",
+    "gemma2 has interleaved attention, which is currently not supported by the XFORMERS and I do not know why",
+    "User-specified max_model_len (49152) is greater than the derived max_model_len (and I do not know why",
+    # ... in another script right after the head (no value of the message read past it)
+    "Error in memory profiling. Initial free memory 为什么会这样",
+    "ValueError: Free memory on device なぜですか",
+    # ... with numbers of the writer's where the message's glue would be
+    "To serve at least one request with the model with 7 GPUs and 96 GB",
+    # a message that is all head, its closing dot missing and the writer's sentence going on
+    "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token and I do not know why",
+    'File "/x/model_runner.py", line 1354, in profile_run     self.execute_model(model_input) torch.OutOfMemoryError: '
+    "CUDA out of memory and I do not know why",
 ]
 
 
@@ -697,3 +716,114 @@ def test_every_loose_reading_holds_each_piece_of_its_head(damage):
                     assert all(piece in form.lower() for piece in pattern.pieces), (code, pattern.pieces, form)
                     checked += 1
     assert checked > len(CASES)
+
+
+# --- the writer's words after a message's head (no cut: the writer typed on) ---------------
+
+WRITER_SENTENCES = (
+    "and I do not know why", "why does this happen", "is that bad", "any idea what this means",
+    "it only happens with {n} GPUs", "I set it to {n} and it still fails",
+    "y no sé por qué pasa con {n} GPUs", "und ich weiß nicht warum", "was bedeutet das bei {n} GB",
+    "et je ne sais pas pourquoi", "que faire avec {n} requêtes",
+)
+# (each starts with a word of its script: a number right after a message cut before its number,
+# prose after it, is the message's number as far as anyone can tell, "max_model_len (2094と出ました")
+CJK_SENTENCES = ("为什么会这样", "我用的是 {n} 张卡，该怎么办", "なぜですか", "私は{n}枚のGPUを使っています", "왜 그런가요",
+                 "저는 GPU {n}개를 씁니다")
+LEADS = ("", " ", ". ", ", ", "? ", " - ", ": ", "! ", " -- ")  # between the head and the writer's words (not a cut mark)
+ENDS = ("", "?", ".", "!", " ??")
+CASINGS = (str, str.lower, str.upper, str.capitalize, str.title)
+
+
+def _reading_of(code: str, text: str):
+    """The rule's loose reading of the text that stops first after its head (several wordings of one
+    message: the one whose head ends soonest), or None."""
+    form = normalise(text)
+    readings = [m for lp in _loose_patterns(code) for m in [loose_match(lp, form, 1.0)] if m]
+    return min(readings, key=lambda m: m.head_end) if readings else None
+
+
+def _head_cases() -> list[tuple[str, int, str]]:
+    """Every finding rule's example up to the end of its head, where its message goes on after it
+    (a message that is all head is whole there, and the writer's words after it change nothing)."""
+    cases = []
+    for code, index, example in CASES:
+        text = example.text.strip()
+        reading = _reading_of(code, text)
+        if reading is None:
+            continue
+        head = _raw_offset(text, reading.head_end)
+        cut = _reading_of(code, text[:head])
+        if head is not None and cut is not None and not cut.complete:
+            cases.append((code, index, text[:head]))
+    return cases
+
+
+HEADS = _head_cases()
+
+
+def test_the_heads_are_those_of_every_rule_with_more_after_its_head():
+    """The property below meets every finding rule whose message goes on after its head (not a vacuous sample)."""
+    heads = {code for code, _, _ in HEADS}
+    assert {"VT101", "VT201", "VT203", "VT204", "VT301", "VT303", "VT304", "VT401"} <= heads
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(HEADS), st.booleans(), st.data(), st.integers(1, 99999))
+def test_the_writers_words_after_a_head_are_no_finding(matcher, case, cjk, data, number):
+    """vLLM's head, then the writer's own words on the same line: a sentence in any language,
+    any case, with or without punctuation between or after, with numbers of the writer's. That is
+    not vLLM's message (a cut ends the text, or leaves a viewer's mark): no finding, and so no
+    field read from the writer's words."""
+    code, _, head = case
+    sentence = data.draw(st.sampled_from(CJK_SENTENCES if cjk else WRITER_SENTENCES)).format(n=number)
+    lead = data.draw(st.sampled_from(LEADS if cjk else LEADS[1:]))
+    casing = data.draw(st.sampled_from(CASINGS))
+    pasted = head.rstrip() + lead + casing(sentence) + data.draw(st.sampled_from(ENDS))
+    findings = [(e.rule.code, e.fields) for e in matcher.scan_text("chat.txt", pasted) if e.rule.kind == "finding"]
+    assert findings == [], f"the writer's words read as a message in {pasted!r}: {findings}"
+
+
+@pytest.mark.parametrize(("code", "index", "head"), HEADS, ids=[f"{code}-{index}" for code, index, _ in HEADS])
+def test_a_head_cut_at_the_end_of_the_text_is_still_a_finding(matcher, code, index, head):
+    """The other side: the same head where the text ends (a paste cut there) still gives its rule."""
+    assert found(matcher, head, code, cut=True), f"{code} not found in {head!r}"
+
+
+def _whole_head_cases() -> list[tuple[str, int, str]]:
+    """Every finding rule's example whose message is all head (no value past it) and ends a
+    sentence, up to the end of that sentence, its closing punctuation dropped."""
+    cases = []
+    for code, index, example in CASES:
+        text = example.text.strip()
+        reading = _reading_of(code, text)
+        end = reading and _raw_offset(text, reading.end)
+        pattern = next((p for p in RULES.by_code(code).patterns if p.compiled.search(text)), None)
+        all_head = reading and all(start < reading.head_end for start, _ in reading.value_spans)
+        if all_head and reading.complete and end and pattern and re.search(r"\\[.?!]\s*$", pattern.compiled.pattern):
+            cases.append((code, index, text[:end].rstrip(".?! ")))
+    return cases
+
+
+WHOLE_HEADS = _whole_head_cases()
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(st.sampled_from(WHOLE_HEADS), st.sampled_from(WRITER_SENTENCES), st.sampled_from(CASINGS), st.integers(1, 99999))
+def test_a_whole_message_whose_sentence_the_writer_goes_on_with_is_no_finding(matcher, case, sentence, casing, number):
+    """A message that is all head ("Cannot auto-fit max_model_len: ... a single token."), its
+    closing dot missing and the writer's words going on in the same sentence: the writer's
+    sentence, which only starts like vLLM's message."""
+    code, _, message = case
+    pasted = f"{message} {casing(sentence.format(n=number))}"
+    assert not found(matcher, pasted, code), f"{code} read from {pasted!r}"
+
+
+def test_a_whole_message_with_its_dot_or_other_glue_is_still_a_finding(matcher):
+    """The other side: the same messages with their sentence closed, or glued on with a comma or
+    a dash (a paraphrase), and the writer's words after, are read."""
+    assert {code for code, _, _ in WHOLE_HEADS} >= {"VT202", "VT302", "VT304"}
+    for code, _, message in WHOLE_HEADS:
+        for glue in (". ", ", ", " - ", ""):
+            pasted = f"{message}{glue}Any idea" if glue else message
+            assert found(matcher, pasted, code), f"{code} not found in {pasted!r}"

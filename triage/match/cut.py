@@ -7,7 +7,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from triage.match.loose import QUOTES, TRUNCATED, LooseMatch, LoosePattern
+from triage.match.loose import HELD, QUOTES, TRUNCATED, LooseMatch, LoosePattern, normalise
 from triage.rules.ruleset import MATCH_TIMEOUT
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ PROSE_WORD = re.compile(r"[^\W\d_a-zA-Z]")  # a letter of another script (loose 
 # a cut mark with the writer's words after it on its line
 INNER_MARK = re.compile(r"\s*(?:\.{2,}|\u2026|[\[(<]truncated[\])>])(?:\s*[\[(<]truncated[\])>])?(?=\s+\S)", re.IGNORECASE)
 NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
+CLAUSE_BREAK = re.compile(r"[,;:()\[\]=/]")  # where one of a message's clauses ends: "Preemptions: 2, GP" ends in "GP"
+WORDS = re.compile(r"[^\W\d_]+\s+[^\W\d_]")  # two words, a blank between: a cut leaves at most the start of one
 
 
 def cut_end(text: str) -> int:
@@ -139,7 +141,64 @@ def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, re
         return False
     text, end = window.text(), found.end + len(cut)
     try:
-        return pattern.cut_at(text, found.start, end, MATCH_TIMEOUT)
+        match = pattern.cut_at(text, found.start, end, MATCH_TIMEOUT, found.value_spans)
+    except TimeoutError:
+        return False
+    return match is not None and not tight_over_blank(match, pattern, window, found)
+
+
+def tight_over_blank(match: Any, pattern: LoosePattern, window: LooseWindow, found: LooseMatch) -> bool:
+    """A value that takes no blank ("\\S+", "[\\w:]+", a number), read by cut_at() past the
+    reading's own values, spans one in the text as read: the loose form, blanks gone, read it
+    on over the writer's words."""
+    shift = sum(len(HELD) - (high - low) for low, high in found.value_spans)  # the placeholders cut_at() held them by
+    return any(match.start(name) >= found.end + shift and window.blank_in(match.start(name) - shift, match.end(name) - shift) is not None
+               for name in pattern.tight if match.group(name) is not None)
+
+
+def writer_after(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+    """What follows a reading cut short on its line is the writer's, not the rest of vLLM's
+    message: with no value of the message read past its head, words in another script after
+    it ("Initial free memory 为什么") or a sentence the message does not start there ("Free
+    memory on device. Why"); and, values read or not, two words or more (any case, with or
+    without punctuation) inside the message's sentence where its own words do not go on
+    ("Waiting: 3 reqs, Is that bad" is no cut inside a skipped clause's name, "Preemp" may
+    be). A reading with all its numbers only lost its closing words: another closing
+    sentence is a paraphrase (stops_as_pasted weighs it); one with values read past its head
+    and cut where a sentence ends ("(12.50 GiB). Why?") keeps them."""
+    if found.complete or found.numbers_read:
+        return False
+    head_only = not any(start >= found.head_end for start, _ in found.value_spans)
+    after_head = window.unread(found.head_end)
+    prose = PROSE_AFTER.search(after_head)
+    if head_only and prose and PROSE_WORD.search(after_head, prose.start()):
+        return True
+    unread = window.unread(found.end)
+    prose = PROSE_AFTER.search(unread)
+    unread = unread[: prose.start()] if prose else unread
+    if cut_mark(unread.rstrip(), len(unread.rstrip())):
+        return False  # a viewer cut the message there: the words before its mark are the message's
+    if unread[:1].isalnum() and window.after_sentence_end(found.end):  # the writer's next sentence, or the message's
+        return head_only and not reads_as_printed(found, window, target)
+    if not WORDS.search(CLAUSE_BREAK.split(unread)[-1]):
+        return False
+    end, pattern = found.end + len(normalise(unread)), target.loose_form()
+    if pattern is None:
+        return False
+    try:
+        match = pattern.cut_at(window.text(), found.start, end, MATCH_TIMEOUT, found.value_spans)
+    except TimeoutError:
+        return True
+    return match is None or tight_over_blank(match, pattern, window, found)
+
+
+def reads_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+    """The exact pattern reads the text as read, from the reading's start to its line's end,
+    and wants more (a message cut short as vLLM printed it)."""
+    first, last = window.lines_of(found.start, found.end)
+    text = window.original(first, last, found.start).rstrip()
+    try:
+        return reads_on(target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT), text)
     except TimeoutError:
         return False
 

@@ -15,9 +15,10 @@ one form for that:
   *head* (everything up to the end of the clause in which the literal text reaches MIN_HEAD
   letters or digits) is required; after it each step is optional, so a cut message still
   yields the numbers printed before the cut, and a cut inside vLLM's later clauses is read.
-  The literal glue between two numbers may be replaced by other words (any SOFT_GLUE
-  characters that are not digits): a paraphrase keeping vLLM's head and numbers in their
-  order still reads them.
+  The literal glue of words before a value may be replaced by other words (any SOFT_GLUE
+  characters that are not digits) once a value was read: a paraphrase keeping vLLM's head
+  and numbers in their order still reads them (not right after the head: other words there
+  are the writer's, and the number after them too).
 
 A message is identified by its head and its numbers, not by its tail. The head is the
 guard: prose that names a knob or quotes a number without vLLM's opening clause never
@@ -40,6 +41,7 @@ MIN_HEAD = 14  # letters and digits in the literal run that ends a head: below t
 MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") is not a message
 SOFT_GLUE = 24  # characters (normalised) other words between two numbers may take
 SHORT_GLUE = 16  # only glue this short (letters and digits) may be worded otherwise: "in the messages,"
+HELD = "{ }"  # a value's placeholder (what a traceback's source line holds for it), a blank inside
 NUMBER, TEXT = 2, 1  # the kind of value a step of the chain reads
 
 QUOTES = ("'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2032\u2033\u00b4\u02bc\u00ab\u00bb\u2039\u203a"
@@ -73,21 +75,30 @@ class LoosePattern:
     probe: str  # the longest letters-and-digits piece of the head, lower case: a cheap first test
     pieces: list[str]  # every such piece of the head, lower case: a text without one of them holds no match
     fields: list[str]  # the pattern's own named groups
+    tight: list[str]  # those that take no blank ("\\S+", "[\\w:]+"): in the loose form, blanks gone, they would run on
     compiled: Any = None
 
-    def search(self, text: str, timeout: float) -> Any:
-        return self._compiled().search(text, timeout=timeout)
+    def search(self, text: str, timeout: float, pos: int = 0) -> Any:
+        return self._compiled().search(text, pos, timeout=timeout)
 
-    def cut_at(self, text: str, start: int, end: int, timeout: float) -> bool:
-        """text[start:end] is this message cut at `end`, inside one of its own words or values:
-        a match that runs to the end of the text with more of it wanted, whose last piece is
-        not one that reads any text (other words a paraphrase may put between two numbers, a
-        clause the pattern skips), since that would take prose written after a message too."""
+    def cut_at(self, text: str, start: int, end: int, timeout: float, held: list[tuple[int, int]] = ()) -> Any:  # type: ignore[assignment]
+        """The match of text[start:end] as this message cut at `end`, inside one of its own
+        words or values (None if it is not): a match that runs to the end of the text with
+        more of it wanted, whose last piece is not one that reads any text (other words a
+        paraphrase may put between two numbers, a clause the pattern skips) nor one inside its
+        head, since that would take prose written after a message too. held: the spans of the
+        values a reading of it took, held as read (a value's placeholder stands for each), so
+        the match reads on from where that reading stopped: "\\S+" of "Sequence group
+        (?P<id>\\S+) is ..." would take all the text after the id, blanks gone. The caller
+        checks the tight values it reads past them (a partial match names only those it closed)."""
+        for low, high in sorted(held, reverse=True):  # ("{ }": a blank, so that no "\\S+" before runs over it)
+            text, end = f"{text[:low]}{HELD}{text[high:]}", end + len(HELD) - (high - low)
         match = self._compiled().fullmatch(text, pos=start, endpos=end, partial=True, timeout=timeout)
-        if match is None:
-            return False
-        return not any(name[:2] in ("_s", "_x") and match.end(name) == end > match.start(name)
-                       for name, value in match.groupdict().items() if value is not None)
+        if match is None or match.group("_h") is None or any(
+                name[:2] in ("_s", "_x") and match.end(name) == end > match.start(name)
+                for name, value in match.groupdict().items() if value is not None):
+            return None
+        return match
 
     def _compiled(self) -> Any:
         if self.compiled is None:
@@ -113,10 +124,12 @@ class LooseMatch:
     value_spans: list[tuple[int, int]]  # where its named values are in the text
     recased: bool  # its first letter is not in the case vLLM prints it ("this model's ...", "MAX_NUM_...")
     free_gap: bool  # that gap takes any text (".*?", "[^.]*?"), not clauses of a form ("Name: value, ")
+    glue_spans: list[tuple[int, int, bool]]  # where other words stood for the glue of a value; True: glue with punctuation
 
 
-def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch | None:
-    match = pattern.search(text, timeout)
+def loose_match(pattern: LoosePattern, text: str, timeout: float, pos: int = 0) -> LooseMatch | None:
+    """The pattern's first reading of the text (loose form) from `pos` on."""
+    match = pattern.search(text, timeout, pos)
     if match is None:
         return None
     groups = match.groupdict()
@@ -130,7 +143,8 @@ def loose_match(pattern: LoosePattern, text: str, timeout: float) -> LooseMatch 
                       groups.get("_end") is not None, groups.get("_v") is not None,
                       groups.get("_n") is not None or groups.get("_v") is not None, match.end("_h"),
                       groups.get("_g") is not None, [match.span(name) for name in fields], groups.get("_c") is not None,
-                      groups.get("_a") is not None)
+                      groups.get("_a") is not None,
+                      [(*match.span(name), name[:3] == "_sp") for name, value in groups.items() if value and name[:2] == "_s"])
 
 
 def derive_all(sources: list[str]) -> dict[str, LoosePattern | None]:
@@ -170,7 +184,7 @@ def loose_form_of(source: str) -> LoosePattern | None:
 
 def _stored(loose: LoosePattern | None) -> list | None:
     """A loose form as JSON values, for the rule cache (what it is derived from, not compiled)."""
-    return None if loose is None else [loose.regex, loose.probe, loose.pieces, loose.fields]
+    return None if loose is None else [loose.regex, loose.probe, loose.pieces, loose.fields, loose.tight]
 
 
 def _from_stored(plain: list | None) -> LoosePattern | None:
@@ -212,13 +226,14 @@ def derive_loose(source: str) -> LoosePattern | None:
         head += "(?P<_v>)"  # no value after the head: it is all there is to read
     for index in range(len(steps) - 1, -1, -1):
         step, _, cut = steps[index]
-        step = step.replace("{soft}", f"_s{index}")
+        step = step.replace("{soft}", f"_s{index}").replace("{softp}", f"_sp{index}")
         marks = ("(?P<_n>)" if index == last_number else "") + ("(?P<_v>)" if index == last_value else "")
         # a cut inside the step's alternation reads that far and ends the chain (not complete)
         chain = f"(?:{step}{marks}{chain}{'|' + cut if cut else ''})?"
     pieces = [p for literal, content in segments[: head_end + 1] if literal for p in re.findall(r"[A-Za-z0-9]+", _plain(content))]
     probe = max(pieces, key=len).lower() if pieces else ""
-    return LoosePattern(head + chain, probe, list(dict.fromkeys(p.lower() for p in pieces)), list(tree.state.groupdict))
+    tight = [name for name, index in tree.state.groupdict.items() if not _takes_blank(_group_items(list(tree), index))]
+    return LoosePattern(head + chain, probe, list(dict.fromkeys(p.lower() for p in pieces)), list(tree.state.groupdict), tight)
 
 
 def _head_clause(content: str, letters: int, words: int) -> list[tuple[bool, str]]:
@@ -246,21 +261,33 @@ def _steps(segments: list[tuple[bool, Any]], emitter: _Emitter, head_rest: bool 
     head_rest: the first segment is the rest of the head's literal run (vLLM's own clauses,
     never worded otherwise)."""
     steps: list[tuple[str, int, str]] = []
-    index, gap, free = 0, "", False
+    index, gap, free, lead = 0, "", False, ""
     while index < len(segments):
         piece = _emit_segment(segments[index], emitter)
         following = segments[index + 1] if index + 1 < len(segments) else None
         if segments[index][0] and following and not following[0] and emitter.holds_value(following):
             after_any = index > 0 and _holds_any(segments[index - 1])  # ".*?" before it is glue already
-            fixed = after_any or _alnum(segments[index][1]) > SHORT_GLUE or head_rest and index == 0  # a long clause is the message's own
-            glue = piece if fixed else f"(?:{piece}|(?P<{{soft}}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
+            # other words only once a value was read: right after the head they would be the
+            # writer's, reading the writer's number ("with the model with 7 GPUs and 96 GB"); and
+            # words for words (glue of punctuation alone, " = ", "), (", takes none of the writer's)
+            after_value = any(holds for _, holds, _ in steps)
+            fixed = after_any or not after_value or not 0 < _alnum(segments[index][1]) <= SHORT_GLUE \
+                or head_rest and index == 0  # a long clause, or the rest of the head's, is the message's own
+            # "_sp": the glue holds punctuation ("tokens (", "in the messages,"), and so must its other words
+            soft = "{softp}" if any(c in PUNCTUATION + BRACKETS for c in segments[index][1]) else "{soft}"
+            glue = piece if fixed else f"(?:{piece}|(?P<{soft}>[^\\d]{{0,{SOFT_GLUE}}}?))" if piece else ""
             cut = emitter.cut_branch(following[1])
-            steps.append((gap + glue + _emit_segment(following, emitter), emitter.holds_value(following),
-                          _cut_forms(cut and gap + piece + cut, gap, free)))
-            index, gap, free = index + 2, "", False
+            steps.append((gap + lead + glue + _emit_segment(following, emitter), emitter.holds_value(following),
+                          _cut_forms(cut and gap + lead + piece + cut, gap, free)))
+            index, gap, free, lead = index + 2, "", False, ""
             continue
         holds = 0 if segments[index][0] else emitter.holds_value(segments[index])
-        if not holds and (gap or _holds_any(segments[index])):
+        glued = following and following[0] and index + 2 < len(segments) and emitter.holds_value(segments[index + 2])
+        if not holds and not gap and not segments[index][0] and not _holds_any(segments[index]) and glued:
+            # an optional piece before glue ("s?" of "models?'s max seq len ("): with the glue, so
+            # that the glue may still match without it ("model's"); alone it would end the chain
+            lead += piece
+        elif not holds and (gap or _holds_any(segments[index])):
             gap += piece  # up to the next value: "(?:GPU|CPU) " alone after a gap is found inside any word
             free = free or _takes_any(segments[index])
         elif piece:
@@ -537,6 +564,56 @@ def _bounds(low: int, high: Any) -> str:
     if low == 0 and high == 1:
         return "?"
     return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
+
+
+def _group_items(items: Any, index: int) -> Any:
+    """The items of capture group `index` (None when it is not among them)."""
+    for op, value in items:
+        if op is sre_constants.SUBPATTERN:
+            inner = [value[3]]
+            if value[0] == index:
+                return value[3]
+        else:
+            inner = [value[2]] if op in _REPEATS else list(value[1]) if op is sre_constants.BRANCH else \
+                [value[1]] if op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT) else []
+        for branch in inner:
+            found = _group_items(branch, index)
+            if found is not None:
+                return found
+    return None
+
+
+def _takes_blank(items: Any) -> bool:
+    """Some test among the items (at any depth) takes a space: " ", "\\s", ".", "[^,]", "\\D"."""
+    c = sre_constants
+    for op, value in items or ():
+        if op is c.LITERAL and chr(value).isspace() or op is c.ANY or op is c.NOT_LITERAL and not chr(value).isspace():
+            return True
+        if op is c.CATEGORY and value in (c.CATEGORY_SPACE, c.CATEGORY_NOT_DIGIT, c.CATEGORY_NOT_WORD):
+            return True
+        if op is c.IN and re.fullmatch(_class_regex(value), " "):
+            return True
+        inner = [value[3]] if op is c.SUBPATTERN else [value[2]] if op in _REPEATS else \
+            list(value[1]) if op is c.BRANCH else []
+        if any(_takes_blank(branch) for branch in inner):
+            return True
+    return False
+
+
+def _class_regex(members: Any) -> str:
+    """A character class of the parsed tree as regex text, unchanged (not the loose form's)."""
+    c = sre_constants
+    out, negate = [], False
+    for op, value in members:
+        if op is c.NEGATE:
+            negate = True
+        elif op is c.LITERAL:
+            out.append(_class_char(chr(value)))
+        elif op is c.RANGE:
+            out.append(f"{_class_char(chr(value[0]))}-{_class_char(chr(value[1]))}")
+        elif op is c.CATEGORY:
+            out.append(_CATEGORIES.get(value, ""))
+    return f"[{'^' if negate else ''}{''.join(out)}]"
 
 
 def _group_indexes(items: Any) -> list[int]:

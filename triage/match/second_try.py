@@ -3,9 +3,10 @@ patterns did not read, matched in the loose form of the line and its neighbours.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from triage.match.cut import cut_as_printed, cut_end, cut_inside, drop_cut_value, drop_prose_values
+from triage.match.cut import cut_as_printed, cut_end, cut_inside, drop_cut_value, drop_prose_values, writer_after
 from triage.match.fields import excerpt, field_reader
 from triage.match.lines import Lines
 from triage.match.loose import LooseMatch, LoosePattern, loose_match, normalise
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
+FULL_STOP = re.compile(r"\\[.?!]\s*$")  # a pattern whose message ends a sentence
+TIGHT_TRIES = 3  # readings of a pattern whose tight values end at a blank: the writer's words hold few values
 GAP_CUT = 64  # at most this much of the clauses a pattern skips (loose form) before a cut: a longer text is another message
 
 
@@ -118,7 +121,7 @@ def loose_readings(
         if pattern is None or not all(window.may_hold(piece) for piece in pattern.pieces):
             continue
         try:
-            found = loose_match(pattern, window.text(), MATCH_TIMEOUT)
+            found = tight_reading(pattern, window)
         except TimeoutError:
             matcher.timed_out(target.rule.code, target.pattern.id, f"{source}:{lines.line_no}", cursor)
             continue
@@ -127,14 +130,47 @@ def loose_readings(
             continue
         if found is None or found.recased and window.follows_word(found.start):
             continue
+        if found.complete and all(start < found.head_end for start, _ in found.value_spans) \
+                and FULL_STOP.search(target.pattern.compiled.pattern) and window.runs_on(found.end):
+            continue  # all head, its closing dot missing and the sentence going on: the writer's ("a single token and I ...")
         drop_cut_value(found, window)
         drop_prose_values(found, window)
+        if writer_after(found, window, target):
+            continue
         # a head on a later line is that line's own turn, and a message already read (or
         # one another finding starts inside) is not read again: neither may outscore this line's
         first, last = window.lines_of(found.start, found.end)
         if first <= 0 and not cursor.taken(lines.line_no + first, lines.line_no + last, target.rule.code, shared):
             readings.append((found, target))
     return readings
+
+
+def tight_reading(pattern: LoosePattern, window: LooseWindow) -> LooseMatch | None:
+    """The pattern's loose reading of the window, none of it read over the writer's words:
+    a value that takes no blank ends where the text as read has one ("the XFORMERS b..." is
+    the backend XFORMERS and a cut inside "backend"; "device and I ..." reads no device), or
+    starts there if the message starts with it ("ValueError: cohere2 has ..."); other words
+    for the glue of a value end no sentence (the writer's next one: "max_length=. I have 7
+    GPUs"), and hold punctuation where vLLM's glue does (a paraphrase keeps the clause's
+    brackets and separators, "(4000 in the prompt / 1000", the writer's sentence need not:
+    "requested 17210 with 7 GPUs"), and a word vLLM prints as a value does not start the writer's sentence
+    ("Free memory on device. Why": vLLM prints no sentence end before a value's word)."""
+    text, start = window.text(), 0
+    for _ in range(TIGHT_TRIES):
+        found = loose_match(pattern, text, MATCH_TIMEOUT, start)
+        if found is None:
+            return None
+        ends = [(span[0] == found.start, blank) for name, span in zip(found.fields, found.value_spans, strict=True)
+                if name in pattern.tight for blank in [window.blank_in(*span)] if blank is not None]
+        ends += [(False, start) for start, end, punctuated in found.glue_spans if window.after_sentence_end(start)
+                 or window.sentence_end_in(start, end) or punctuated and not window.punctuated(start, end)]
+        ends += [(False, span[0]) for name, span in zip(found.fields, found.value_spans, strict=True)
+                 if name in pattern.tight and not found.fields[name][:1].isdigit() and window.after_sentence_end(span[0])]
+        if not ends:
+            return found
+        leading, end = min(ends, key=lambda item: item[1])
+        text, start = (text, end) if leading else (text[:end], start)
+    return None
 
 
 def loose_event(

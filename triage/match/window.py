@@ -8,9 +8,16 @@ import re
 
 from triage.match.cut import before_mark, cut_mark, number_cut_at
 from triage.match.lines import LOOSE_BACK, LOOSE_TEXT, Lines
-from triage.match.loose import normalise
+from triage.match.loose import QUOTES, normalise
 
 STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
+BLANK_INSIDE = re.compile(r"\S\s+(?=\S)")
+SENTENCE_INSIDE = re.compile(r"[.?!]\s+(?=\S)")
+SENTENCE_BEFORE = re.compile(r"[.?!]\s+$")
+PUNCTUATED = re.compile(r"[^\w\s]")
+PUNCTUATED_BEFORE = re.compile(r"[^\w\s]\s*$")
+RUN_ON = re.compile(r"[^\s.?!,;:\-\u2026]\s+$")
+DROPPED = " \t\r\n" + QUOTES + ".,;:!?"  # what the loose form drops after a value
 # a dot right after a digit is no sentence's end where the text stops: "as of v0." is cut inside a version
 SENTENCE_END = re.compile(r"(?:(?<!\d)\.|[!?\u3002])\s*$")
 
@@ -134,6 +141,58 @@ class LooseWindow:
         rest = " ".join([text[low:], *below])
         stop = SENTENCE_CLOSE.search(rest)
         return normalise(rest[: stop.start() if stop else len(rest)])
+
+    def blank_in(self, start: int, end: int) -> int | None:
+        """Where (loose form) the text as read holds a blank inside the span start..end on one of
+        its lines, if it does: a value that takes none read over the writer's words there
+        ("device and I do not know why" is "deviceandIdonotknowwhy"). A line's seam is no
+        blank (a wrap mid-value)."""
+        return self._find_in(start, end, BLANK_INSIDE)
+
+    def sentence_end_in(self, start: int, end: int) -> bool:
+        """The text as read ends a sentence inside the span start..end: other words there that
+        a paraphrase may put between two values are the writer's next sentence ("max_length=.
+        I have 7 GPUs")."""
+        return self._find_in(start, end, SENTENCE_INSIDE) is not None
+
+    def punctuated(self, start: int, end: int) -> bool:
+        """The text as read holds punctuation or a bracket inside the loose span start..end, or
+        right before it (what the loose form drops there)."""
+        index = self.lines_of(start, start)[0] - self.first
+        raw = self._raw_start(index, start)
+        before = self.texts[index][:raw]
+        return PUNCTUATED_BEFORE.search(before) is not None or self._find_in(start, end, PUNCTUATED, strip=False) is not None
+
+    def after_sentence_end(self, start: int) -> bool:
+        """The text as read ends a sentence right before the loose offset `start` on its line
+        (". Why"): vLLM prints no word of a value there, the writer starts a sentence."""
+        index = self.lines_of(start, start)[0] - self.first
+        return SENTENCE_BEFORE.search(self.texts[index], 0, self._raw_start(index, start)) is not None
+
+    def runs_on(self, end: int) -> bool:
+        """Words go on after the loose offset `end` on its line with blanks alone between, no
+        punctuation ("... CUDA out of memory and I do not know why"): the same sentence goes on."""
+        index = self.lines_of(end, end)[1] - self.first
+        raw = self._raw_start(index, end)
+        return self.texts[index][raw : raw + 1].isalpha() and RUN_ON.search(self.texts[index], 0, raw) is not None
+
+    def _find_in(self, start: int, end: int, pattern: re.Pattern, strip: bool = True) -> int | None:
+        """Where (loose form: the offset after it) the pattern is in the text as read of the loose
+        span start..end, on one of its lines (strip: less the blanks, quotes and punctuation the
+        loose form drops after it; the pattern is then one of a blank)."""
+        position = 0
+        for index, form in enumerate(self.forms):
+            low, high = max(start, position), min(end, position + len(form))
+            # (a loose span as printed holds no blank: nearly every value)
+            if low < high and not (strip and form[low - position : high - position] in self.texts[index]):
+                text = self.texts[index]
+                raw_start = self._raw_start(index, low)
+                raw_end = len(text) if high == position + len(form) else self._raw_start(index, high)
+                found = pattern.search(text, raw_start, raw_start + len(text[raw_start:raw_end].rstrip(DROPPED if strip else "")))
+                if found:
+                    return position + len(form) - len(normalise(STRING_PREFIX.sub("", text[found.start() + 1 :])))
+            position += len(form)
+        return None
 
     def lines_of(self, start: int, end: int) -> tuple[int, int]:
         """The line offsets (relative to the candidate) of a span of text()."""
