@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 
 from triage import pipeline
 from triage.input.records import LOGGER_PREFIXES, parse_line
-from triage.match.record_facts import printed_words
+from triage.input.reader import Chunk
+from triage.match.paste_sweep import PASTE_SIZE
+from triage.match.record_facts import RECORD_ROLES, printed_words
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import MARKER_PREFIX
 
@@ -333,3 +335,39 @@ def test_a_hand_wrapped_record_cut_before_its_last_value_reads_it_from_no_other_
                 assert event.record.end_line <= len(cut), pasted
                 assert event.fields.get(name) != whole.fields[name], pasted
     assert checked >= 10
+
+
+# A server's access log before the startup: the input is over the size swept whole as a paste,
+# so the matcher reads it in the pieces it is handed.
+ACCESS = b'(APIServer pid=12) INFO:     10.0.0.7:40112 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+BEFORE = ACCESS * (PASTE_SIZE // len(ACCESS) + 1)
+
+
+def record_facts_of(events) -> list[tuple]:
+    return sorted((e.rule.code, e.record.line, e.record.end_line, repr(sorted(e.fields.items()))) for e in events
+                  if e.rule.kind == "fact" and e.rule.role in RECORD_ROLES)
+
+
+@cache
+def wrapped_log(name: str, width: int, style: int) -> tuple[bytes, list[int], list[tuple]]:
+    """The log hard-wrapped after BEFORE, where its lines start, and its facts read in one piece."""
+    text = BEFORE + ("\n".join(wrap(FACT_LOGS[name], width, style)[0]) + "\n").encode()
+    starts = [at + 1 for at in range(len(BEFORE), len(text) - 1) if text[at] == 10]
+    return text, starts, record_facts_of(MATCHER.scan(name, [Chunk(text, 1)]))
+
+
+@pytest.mark.parametrize("name", sorted(FACT_LOGS))
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_a_wrapped_record_across_the_seam_of_two_pieces_keeps_its_facts(name, data):
+    """A large input comes in pieces; a seam between two falls anywhere in a record wrapped over
+    many lines (its first line, the anchor's, the last, below or above them): the facts are
+    those read in one piece, from the same lines."""
+    width, style = data.draw(st.sampled_from(WIDTHS)), data.draw(st.integers(0, STYLES - 1))
+    text, starts, whole = wrapped_log(name, width, style)
+    seams = sorted(data.draw(st.lists(st.sampled_from(starts), min_size=1, max_size=2, unique=True)))
+    pieces, line = [], 1
+    for start, end in zip([0, *seams], [*seams, len(text)], strict=True):
+        pieces.append(Chunk(text[start:end], line))
+        line += text.count(b"\n", start, end)
+    assert record_facts_of(MATCHER.scan(name, pieces)) == whole, [text.count(b"\n", 0, seam) + 1 for seam in seams]

@@ -118,14 +118,15 @@ def joins(texts: list[str], candidate: int) -> list[tuple[str, tuple[int, int]]]
     return joined
 
 
-def around(data: bytes | bytearray, line_start: int, end: int, history: History, loose: bool = False
-            ) -> tuple[bytes, int]:
+def around(data: bytes | bytearray, line_start: int, end: int, history: History, loose: bool = False,
+           after_size: int = 0) -> tuple[bytes, int]:
     """A small buffer with the candidate line whole and up to CONTEXT_LINES lines on either
     side within data[:end] (before it, from the earlier chunks when data holds fewer), and
     the line's offset in it: for a line near a chunk's edge, whose neighbours the next
     chunk or the last one holds. loose: the candidate has a second try, whose window takes
     LOOSE_BACK lines before it and LOOSE_TEXT bytes of lines after it from data (a paste's
-    last lines are such candidates: its whole message is above them).
+    last lines are such candidates: its whole message is above them). after_size: as many
+    bytes of lines after it at least (a wrapped record that runs on to the chunk's end).
 
     A neighbour longer than MAX_JOIN_LINE is never part of a wrapped message, so only its
     first MAX_JOIN_LINE + 1 bytes are copied: with request logging on, copying whole
@@ -133,11 +134,12 @@ def around(data: bytes | bytearray, line_start: int, end: int, history: History,
     """
     line_end = data.find(b"\n", line_start, end)
     line_end = end if line_end < 0 else line_end + 1
-    before = lines_before(data, line_start, LOOSE_BACK if loose else CONTEXT_LINES)
-    if len(before) < CONTEXT_LINES:
-        before = history.lines_before(CONTEXT_LINES - len(before)) + before
+    back = LOOSE_BACK if loose else CONTEXT_LINES
+    before = lines_before(data, line_start, back)
+    if len(before) < back:
+        before = history.lines_before(back - len(before)) + before
     head = b"".join(before)
-    after = b"".join(lines_after(data, line_end, CONTEXT_LINES, end, LOOSE_TEXT if loose else 0))
+    after = b"".join(lines_after(data, line_end, CONTEXT_LINES, end, max(LOOSE_TEXT if loose else 0, after_size)))
     return head + data[line_start:line_end] + after, len(head)
 
 
@@ -198,15 +200,16 @@ def end_of_first_lines(buffer: bytes | bytearray, count: int, limit: int) -> int
 
 
 class History:
-    """The last CONTEXT_LINES lines read (copied, long ones clipped): the reader reuses its buffer."""
+    """The last LOOSE_BACK lines read (copied, long ones clipped): the reader reuses its buffer.
+    (A record's first line may lie that far above a candidate at the next chunk's start.)"""
 
     def __init__(self) -> None:
         self.tail: list[bytes] = []
 
     def add(self, data: bytes | bytearray, end: int) -> None:
-        lines = lines_before(data, end, CONTEXT_LINES)
-        if len(lines) < CONTEXT_LINES:  # a chunk of fewer lines: the older ones still count
-            lines = self.tail[-(CONTEXT_LINES - len(lines)) :] + lines
+        lines = lines_before(data, end, LOOSE_BACK)
+        if len(lines) < LOOSE_BACK:  # a chunk of fewer lines: the older ones still count
+            lines = self.tail[-(LOOSE_BACK - len(lines)) :] + lines
         self.tail = lines
 
     def lines_before(self, count: int) -> list[bytes]:
@@ -296,6 +299,11 @@ class Lines:
             end += 1
             size += len(self.parts(end).text)
         return end
+
+    def runs_to_end(self, skip_markers: list[str]) -> bool:
+        """The candidate's lines run on, none starting another record, to the buffer's end: a
+        record wrapped across the chunk's seam may go on in the next chunk."""
+        return self._bounds(self.record_end(0, skip_markers) + 1) is None
 
     def record_variants(self, first: int, last: int, words: frozenset[str] = frozenset()
                         ) -> tuple[LineParts, list[str], list[str]]:

@@ -43,7 +43,18 @@ from triage.match.anchors import (
 from triage.match.cut import MARK_STARTS, cut_end, number_cut_at, without_cut_value
 from triage.match.engines import cached_closure, make_engine, substring_closure
 from triage.match.fields import excerpt, field_reader, whole_groups
-from triage.match.lines import CONTEXT_LINES, History, Lines, around, end_of_first_lines, joins, lines_after, start_of_last_lines
+from triage.match.lines import (
+    CONTEXT_LINES,
+    LOOSE_BACK,
+    RECORD_TEXT,
+    History,
+    Lines,
+    around,
+    end_of_first_lines,
+    joins,
+    lines_after,
+    start_of_last_lines,
+)
 from triage.match.paste_sweep import PASTE_SIZE, whole_paste, with_paste_sweep
 from triage.match.record_facts import RECORD_ROLES, match_records, record_targets, taken_records
 from triage.match.second_try import read_on, second_try
@@ -157,9 +168,8 @@ class Matcher:
         for chunk in whole_paste(chunks, self.live):
             if line_no is None:
                 line_no = first = chunk.first_line
-            if pending:
-                yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
-            pending = []
+            if pending:  # (those whose record the chunk does not end wait on)
+                pending = yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
             read += chunk.end
             paste = first == 1 and read <= PASTE_SIZE and not self.live
             lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor, paste)
@@ -192,7 +202,9 @@ class Matcher:
         if paste:  # the input so far is a paste: swept whole, piece by piece
             candidates = with_paste_sweep(self, data, end, candidates, first_line)
         tail_start = start_of_last_lines(data, CONTEXT_LINES, end)
-        head_end = end_of_first_lines(data, CONTEXT_LINES, end) if history.tail else 0
+        head_end = end_of_first_lines(data, LOOSE_BACK, end) if history.tail else 0
+        records_from = end - RECORD_TEXT  # a record wrapped from here may run on into the next chunk
+        deferring = False  # from a record that runs to the chunk's end on, every candidate waits (in line order)
         events: list[Event] = []
         try:
             for line_start, line_end, line_no, selection in candidates:
@@ -204,8 +216,11 @@ class Matcher:
                             taken = Lines(buffer, offset, offset + line_end - line_start, line_no)
                         events += taken_records(self, source, taken, selection, cursor)
                     continue
-                if line_start >= tail_start:  # its next lines are in the next chunk
-                    buffer, offset = around(data, line_start, end, history, bool(selection.loose or selection.records))
+                if not deferring and selection.records and line_start >= records_from and line_start < tail_start:
+                    deferring = Lines(data, line_start, line_end, line_no, end).runs_to_end(self.skip_marker_texts)
+                if line_start >= tail_start or deferring:  # its next lines are in the next chunk
+                    buffer, offset = around(data, line_start, end, history, bool(selection.loose or selection.records),
+                                            RECORD_TEXT if deferring else 0)
                     reported: frozenset[str] = frozenset()
                     if self.live:
                         alone = self._match_alone(source, buffer, offset, line_no, cursor)
@@ -259,17 +274,32 @@ class Matcher:
 
     def _scan_seam(
         self, source: str, pending: list[_Pending], data: bytes | bytearray, end: int, cursor: Cursor
-    ) -> Iterator[Event]:
-        """The deferred candidates at the end of the last chunk, with the next chunk's first lines."""
-        following = b"".join(lines_after(data, 0, CONTEXT_LINES, end))
+    ) -> Generator[Event, None, list[_Pending]]:
+        """The deferred candidates at the end of the last chunk, with the next chunk's first lines;
+        returns those that wait on for the chunk after it (with this one's lines): their record
+        runs on to this chunk's end (a pipe's short pieces), and every one after them, in order."""
+        # (a record wrapped across the seam: as much of it as a record is read)
+        following = b"".join(lines_after(data, 0, CONTEXT_LINES, end, RECORD_TEXT if any(d.records for d in pending) else 0))
+        whole_chunk = 0 < len(following) == end  # (the next chunk's lines are all in it)
+        waiting: list[_Pending] = []
         for deferred in pending:
             buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
-            if deferred.line_no > cursor.consumed_until:
+            if waiting or whole_chunk and deferred.records and self._record_waits(buffer, deferred):
+                waiting.append(replace(deferred, buffer=buffer))
+            elif deferred.line_no > cursor.consumed_until:
                 yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported,
                                           deferred.loose, deferred.records, more=bool(data))
             elif (found := self._line_in(buffer, deferred.offset, deferred.line_no, records=deferred.records)) and \
                     found[0].records:
                 yield from taken_records(self, source, found[1], found[0], cursor)
+        return waiting
+
+    def _record_waits(self, buffer: bytes, deferred: _Pending) -> bool:
+        """The deferred candidate's record may go on past the buffer (up to a record's size)."""
+        line_end = buffer.find(b"\n", deferred.offset)
+        if line_end < 0 or len(buffer) - deferred.offset > RECORD_TEXT:
+            return False
+        return Lines(buffer, deferred.offset, line_end, deferred.line_no).runs_to_end(self.skip_marker_texts)
 
     def _match_at(
         self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: Cursor,
