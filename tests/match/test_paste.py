@@ -827,3 +827,32 @@ def test_a_whole_message_with_its_dot_or_other_glue_is_still_a_finding(matcher):
         for glue in (". ", ", ", " - ", ""):
             pasted = f"{message}{glue}Any idea" if glue else message
             assert found(matcher, pasted, code), f"{code} not found in {pasted!r}"
+
+
+def _word_values() -> list[tuple[str, int, object, str]]:
+    """Every finding rule example's value of words (one that takes blanks: "embedding generation"),
+    with its name."""
+    cases = []
+    for code, index, example in CASES:
+        for pattern in RULES.by_code(code).patterns:
+            loose = derived(pattern.compiled.pattern)
+            if loose and pattern.compiled.search(example.text):
+                cases += [(code, index, example, name) for name in loose.fields
+                          if name not in loose.tight and isinstance(example.fields.get(name), str)]
+                break
+    return cases
+
+
+WORD_VALUES = _word_values()
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize(("code", "index", "example", "name"), WORD_VALUES,
+                         ids=[f"{code}-{index}-{name}" for code, index, _, name in WORD_VALUES])
+def test_a_value_of_words_read_in_the_loose_form_is_the_one_printed(matcher, code, index, example, name, damage):
+    """A value of words ends where vLLM's sentence does, and keeps its blanks, though the loose
+    form (blanks and punctuation gone) reads on: "for embedding generation。Please reduce" gave
+    operation "embeddinggenerationPleasereducethelengthoftheinput"."""
+    assert WORD_VALUES, "no rule prints a value of words"
+    readings = found(matcher, DAMAGES[damage](example.text.strip()), code)
+    assert [reading.get(name) for reading in readings] == [example.fields[name]], (readings, example.fields[name])

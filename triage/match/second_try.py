@@ -154,7 +154,8 @@ def tight_reading(pattern: LoosePattern, window: LooseWindow) -> LooseMatch | No
     GPUs"), and hold punctuation where vLLM's glue does (a paraphrase keeps the clause's
     brackets and separators, "(4000 in the prompt / 1000", the writer's sentence need not:
     "requested 17210 with 7 GPUs"), and a word vLLM prints as a value does not start the writer's sentence
-    ("Free memory on device. Why": vLLM prints no sentence end before a value's word)."""
+    ("Free memory on device. Why": vLLM prints no sentence end before a value's word); a
+    value of words ends at a sentence's punctuation ("for embedding generation。Please")."""
     text, start = window.text(), 0
     for _ in range(TIGHT_TRIES):
         found = loose_match(pattern, text, MATCH_TIMEOUT, start)
@@ -166,7 +167,13 @@ def tight_reading(pattern: LoosePattern, window: LooseWindow) -> LooseMatch | No
                  or window.sentence_end_in(start, end) or punctuated and not window.punctuated(start, end)]
         ends += [(False, span[0]) for name, span in zip(found.fields, found.value_spans, strict=True)
                  if name in pattern.tight and not found.fields[name][:1].isdigit() and window.after_sentence_end(span[0])]
+        ends += [(False, mark) for name, span in zip(found.fields, found.value_spans, strict=True)
+                 if name not in pattern.tight and not found.fields[name][:1].isdigit()
+                 for mark in [window.sentence_mark_in(*span)] if mark is not None and mark < span[1]]
         if not ends:
+            for name, span in zip(found.fields, found.value_spans, strict=True):
+                if name not in pattern.tight:  # a value of words, as printed: "embedding generation"
+                    found.fields[name] = window.as_read(*span) or found.fields[name]
             return found
         leading, end = min(ends, key=lambda item: item[1])
         text, start = (text, end) if leading else (text[:end], start)

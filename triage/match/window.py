@@ -14,10 +14,11 @@ STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a trace
 BLANK_INSIDE = re.compile(r"\S\s+(?=\S)")
 SENTENCE_INSIDE = re.compile(r"[.?!]\s+(?=\S)")
 SENTENCE_BEFORE = re.compile(r"[.?!]\s+$")
+SENTENCE_MARK = re.compile("[.?!\u3002\uff01\uff1f]")
 PUNCTUATED = re.compile(r"[^\w\s]")
 PUNCTUATED_BEFORE = re.compile(r"[^\w\s]\s*$")
 RUN_ON = re.compile(r"[^\s.?!,;:\-\u2026]\s+$")
-DROPPED = " \t\r\n" + QUOTES + ".,;:!?"  # what the loose form drops after a value
+DROPPED = " \t\r\n" + QUOTES + ".,;:!?\u3002\u3001\uff0c\uff1a\uff1b\uff01\uff1f"  # what the loose form drops after a value
 # a dot right after a digit is no sentence's end where the text stops: "as of v0." is cut inside a version
 SENTENCE_END = re.compile(r"(?:(?<!\d)\.|[!?\u3002])\s*$")
 
@@ -162,6 +163,22 @@ class LooseWindow:
         raw = self._raw_start(index, start)
         before = self.texts[index][:raw]
         return PUNCTUATED_BEFORE.search(before) is not None or self._find_in(start, end, PUNCTUATED, strip=False) is not None
+
+    def as_read(self, start: int, end: int) -> str | None:
+        """The text as read of the loose span start..end, blanks kept, when it is on one line."""
+        first, last = self.lines_of(start, end)
+        if first != last:
+            return None
+        index, position = first - self.first, sum(map(len, self.forms[: first - self.first]))
+        text = self.texts[index]
+        raw_end = len(text) if end == position + len(self.forms[index]) else self._raw_start(index, end)
+        return text[self._raw_start(index, start) : raw_end].rstrip(DROPPED)
+
+    def sentence_mark_in(self, start: int, end: int) -> int | None:
+        """Where (loose form) the text as read has sentence punctuation inside the span
+        start..end: a value of words ends there ("for embedding generation。Please ..."), though
+        the loose form, its punctuation gone, reads on."""
+        return self._find_in(start, end, SENTENCE_MARK, strip=False)
 
     def after_sentence_end(self, start: int) -> bool:
         """The text as read ends a sentence right before the loose offset `start` on its line
