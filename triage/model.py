@@ -55,6 +55,8 @@ class Event:
 
 @dataclass(slots=True)
 class Finding:
+    """A diagnosed problem as every report shows it: the rule, where it was seen, its numbers, cause and fixes."""
+
     code: str
     name: str
     title: str
@@ -131,6 +133,8 @@ class Check:
 
 @dataclass(slots=True)
 class ScanResult:
+    """Everything one scan found, for the reports."""
+
     findings: list[Finding] | FindingStore  # a scan's are a store: read as they are used
     inputs: list[str]
     errors: list[str] = field(default_factory=list)  # inputs that could not be read, skipped rules

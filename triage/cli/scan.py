@@ -81,8 +81,6 @@ def scan(
     if follow:  # otherwise nothing shows that it runs until the log says something
         click.echo(f"vllm-triage: following {inputs[0]}; findings print as they are read, Ctrl-C ends with the summary", err=True)
     report_format = pick_report_format(format_name, output)
-    from triage.report.live import LiveReport
-
     # A pipe may hold a finished file or paste (one report at the end) or a running server:
     # its findings are held until it goes quiet while still open.
     hold = live is None and not (follow or tee_log)
@@ -91,6 +89,8 @@ def scan(
     live = live and report_format in live_formats()  # json, sarif...: one document
     live_report = None
     if live:
+        from triage.report.live import LiveReport  # a live report's code only for one
+
         live_report = LiveReport(report_format, lambda text: echo_flushed(text, tee_log), hold=hold, redact=redact)
     interrupted = False
     try:

@@ -51,6 +51,8 @@ ECHO_LINES = 200  # a traceback that ends further below a logged error is anothe
 
 @dataclass(slots=True)
 class Diagnosis:
+    """What a diagnosis made of one input: its findings, the last run's facts and every run."""
+
     findings: list[Finding] | FindingStore  # the sink, when the Diagnoser was given one
     facts: dict[str, Any] = field(default_factory=dict)  # the last run's facts
     runs: list[Run] = field(default_factory=list)

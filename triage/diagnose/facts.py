@@ -83,6 +83,8 @@ class Facts(dict):
 
 @dataclass(slots=True)
 class Run:
+    """One start of the server in a log: the facts its lines printed and the problems found in it."""
+
     number: int  # 1-based, in order of appearance
     facts: Facts = field(default_factory=Facts)
     fact_events: dict[str, Event] = field(default_factory=dict)  # fact name -> the line that last printed it

@@ -87,6 +87,8 @@ class Block:
 
 @dataclass(slots=True)
 class Outcome:
+    """How a run ended: ready, failed (the first failure and what followed from it) or unknown."""
+
     outcome: str  # "ready", "failed" or "unknown"
     outcome_line: int | None
     first_failure: ProcessFailure | None
@@ -96,6 +98,8 @@ class Outcome:
 
 @dataclass(slots=True)
 class Lifecycle:
+    """The lifecycle lines of one run, per process: what the outcome and the failures are read from."""
+
     seen: set[str | None] = field(default_factory=set)  # processes that printed any recognised line
     blocks: dict[str | None, list[Block]] = field(default_factory=dict)  # process -> its blocks in order
     notes: dict[str | None, Block] = field(default_factory=dict)  # process -> its first consequence line

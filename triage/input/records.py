@@ -106,6 +106,8 @@ ESCAPES = (
 
 @dataclass(slots=True)
 class LineParts:
+    """A physical line split into the message and what its prefixes said."""
+
     text: str
     level: str | None = None
     time: str | None = None

@@ -72,6 +72,8 @@ def byte_cost(char: str) -> int:
 
 @dataclass(slots=True)
 class PatternAnchors:
+    """The anchors derived for one pattern, and why there are none good enough (warning)."""
+
     anchors: list[str]
     warning: str | None = None
 

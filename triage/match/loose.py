@@ -71,6 +71,8 @@ def normalise(text: str) -> str:
 
 @dataclass(slots=True)
 class LoosePattern:
+    """The paste-tolerant form of one rule pattern (derive_loose)."""
+
     regex: str  # for the regex module, IGNORECASE
     probe: str  # the longest letters-and-digits piece of the head, lower case: a cheap first test
     pieces: list[str]  # every such piece of the head, lower case: a text without one of them holds no match
@@ -112,6 +114,8 @@ class LoosePattern:
 
 @dataclass(slots=True)
 class LooseMatch:
+    """One loose reading of a text: its values and how far, and how well, it read the message."""
+
     fields: dict[str, str]  # the named groups that matched, as text
     start: int
     end: int

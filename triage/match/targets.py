@@ -50,6 +50,8 @@ class Cursor:
 
 @dataclass(slots=True)
 class Target:
+    """One pattern of one rule as the matcher tries it, with what it makes of it on first use."""
+
     rule: Rule
     rule_index: int
     pattern: Pattern

@@ -17,6 +17,8 @@ MIB = 1024**2
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
+    """A GPU model of the table: its name, memory and the names it goes by."""
+
     name: str
     memory_mib: int
     aliases: tuple[str, ...] = ()

@@ -96,6 +96,8 @@ class RuleError(Exception):
 
 @dataclass(slots=True)
 class Pattern:
+    """One regex of a rule, with the fields it reads."""
+
     id: str
     compiled: Any  # regex.Pattern
     fields: list[str]
@@ -115,6 +117,8 @@ class Step:
 
 @dataclass(slots=True)
 class Example:
+    """A rule's example text and the fields (and derived values) it must give."""
+
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict)
@@ -122,6 +126,8 @@ class Example:
 
 @dataclass(slots=True)
 class Rule:
+    """One rule of a rule file, as loaded and checked."""
+
     code: str
     name: str
     title: str
@@ -161,6 +167,8 @@ class Rule:
 
 @dataclass(slots=True)
 class RuleSet:
+    """The rules of a scan and the markers that go with them."""
+
     rules: list[Rule]
     skip_markers: list[str]
     hosted_markers: list[str]
