@@ -8,14 +8,14 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from triage.match.loose import HELD, QUOTES, TRUNCATED, LooseMatch, LoosePattern, normalise
-from triage.rules.ruleset import MATCH_TIMEOUT
+from triage.rules.ruleset import MATCH_TIMEOUT, LazyRegex
 
 if TYPE_CHECKING:
     from triage.match.targets import Target
     from triage.match.window import LooseWindow
 
 
-ASCII_RUN = re.compile(r"[\x00-\x7f]*")
+ASCII_RUN = LazyRegex(r"[\x00-\x7f]*", re.compile)
 
 # The mark a viewer, a chat or a tool leaves where it cut a line, as printed: "is lar…",
 # "(9.3...", "1... [truncated]" (TRUNCATED: the same marks in the loose form, which keeps no
@@ -35,9 +35,9 @@ CUT_MARK = re.compile(
 OPEN_END = ",:;([-_"
 # a last character that ends a line closed, whatever is before it, unless a cut mark is there
 CLOSED_END = frozenset("%)]}>/#*+=&|~^$@")
-PROSE_AFTER = re.compile("[^\\x00-\\x7f\u2026]")  # the first character of another script (not a cut's "…")
-NOTE = re.compile(r"\([^()]*[^\W\d_a-zA-Z][^()]*\)")  # brackets around words of another script
-PROSE_WORD = re.compile(r"[^\W\d_a-zA-Z]")  # a letter of another script (loose form: no blanks, no ASCII punctuation)
+PROSE_AFTER = LazyRegex("[^\\x00-\\x7f\u2026]", re.compile)  # the first character of another script (not a cut's "…")
+NOTE = LazyRegex(r"\([^()]*[^\W\d_a-zA-Z][^()]*\)", re.compile)  # brackets around words of another script
+PROSE_WORD = LazyRegex(r"[^\W\d_a-zA-Z]", re.compile)  # a letter of another script (loose form: no blanks, no ASCII punctuation)
 # a cut mark with the writer's words after it on its line
 INNER_MARK = re.compile(r"\s*(?:\.{2,}|\u2026|[\[(<]truncated[\])>])(?:\s*[\[(<]truncated[\])>])?(?=\s+\S)", re.IGNORECASE)
 NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
@@ -128,7 +128,7 @@ def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, re
     """The text ends inside the message: what follows the match on its line is the start of
     the message's next words or number (up to prose in another script after it, or the mark a
     viewer leaves where it cut), and no line below goes on with it."""
-    ascii_part = ASCII_RUN.match(rest).group(0)  # type: ignore[union-attr]
+    ascii_part = ASCII_RUN.match(rest).group(0)
     if any(c.isascii() and c.isalnum() for c in rest[len(ascii_part):]):
         return False
     marked = TRUNCATED.search(ascii_part)

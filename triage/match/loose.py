@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from triage.match.anchors import sre_constants, sre_parse
+from triage.rules.ruleset import LazyRegex
 
 MIN_HEAD = 14  # letters and digits in the literal run that ends a head: below that, prose matches
 MIN_HEAD_WORDS = 3  # and words: a knob's name alone ("max_num_batched_tokens") is not a message
@@ -52,14 +53,14 @@ BRACKETS = "()[]"
 _CJK = str.maketrans({"\u3002": ".", "\u3001": ",", "\uff61": ".", "\uff64": ",", "\u3010": "[", "\u3011": "]",
                       "\u3014": "(", "\u3015": ")", "\u2026": "...",
                       "\u2013": "-", "\u2014": "-"})  # en and em dash: a hyphen
-_DROP = re.compile(f"[\\s{re.escape(QUOTES)}]+")
+_DROP = LazyRegex(f"[\\s{re.escape(QUOTES)}]+", re.compile)
 # Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
 # line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
-_LONE_PUNCTUATION = re.compile(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)")
+_LONE_PUNCTUATION = LazyRegex(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)", re.compile)
 # Where a clause of a message's literal text ends: after its punctuation, or before a bracket.
-CLAUSE_END = re.compile(r"[.,;:](?= )|(?= \()")
+CLAUSE_END = LazyRegex(r"[.,;:](?= )|(?= \()", re.compile)
 # What a viewer, a chat or a tool leaves where it cut a message (loose form: "…" is "...").
-TRUNCATED = re.compile(r"(?:\.{2,}|\[(?:truncated|cut|\.+)\]|\((?:truncated|cut|\.+)\)|<truncated>)+$", re.IGNORECASE)
+TRUNCATED = LazyRegex(r"(?i:\.{2,}|\[(?:truncated|cut|\.+)\]|\((?:truncated|cut|\.+)\)|<truncated>)+$", re.compile)
 
 
 def normalise(text: str) -> str:

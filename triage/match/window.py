@@ -9,8 +9,9 @@ import re
 from triage.match.cut import before_mark, cut_mark, number_cut_at
 from triage.match.lines import LOOSE_BACK, LOOSE_TEXT, Lines
 from triage.match.loose import QUOTES, normalise
+from triage.rules.ruleset import LazyRegex
 
-STRING_PREFIX = re.compile(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])")  # f"..." in a traceback's source lines
+STRING_PREFIX = LazyRegex(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])", re.compile)  # f"..." in a traceback's source lines
 BLANK_INSIDE = re.compile(r"\S\s+(?=\S)")
 SENTENCE_INSIDE = re.compile(r"[.?!]\s+(?=\S)")
 SENTENCE_BEFORE = re.compile(r"[.?!]\s+$")
@@ -20,10 +21,10 @@ PUNCTUATED_BEFORE = re.compile(r"[^\w\s]\s*$")
 RUN_ON = re.compile(r"[^\s.?!,;:\-\u2026]\s+$")
 DROPPED = " \t\r\n" + QUOTES + ".,;:!?\u3002\u3001\uff0c\uff1a\uff1b\uff01\uff1f"  # what the loose form drops after a value
 # a dot right after a digit is no sentence's end where the text stops: "as of v0." is cut inside a version
-SENTENCE_END = re.compile(r"(?:(?<!\d)\.|[!?\u3002])\s*$")
+SENTENCE_END = LazyRegex(r"(?:(?<!\d)\.|[!?\u3002])\s*$", re.compile)
 
 # a sentence's end (in quotes too), or a clause's where a paraphrase glues the next one on
-SENTENCE_CLOSE = re.compile("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?:--?|[\u2013\u2014])\\s")
+SENTENCE_CLOSE = LazyRegex("[.!?\u3002](?=[\\s\"'\u2019\u201d\u300d]|$)|;|\\s(?:--?|[\u2013\u2014])\\s", re.compile)
 
 
 def may_continue(text: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re  # the loader's own patterns: compiled at every start, and re compiles them faster
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -512,22 +512,25 @@ GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")  # a named group: (?P<name>..
 class LazyRegex:
     """A compiled regex made on first use: most patterns meet no candidate line in a scan,
     and compiling all of them was a fifth of the start-up (with 500 user rules, most of it).
+    A rule's pattern is compiled by the regex module (from the rule cache); make= another
+    compiler: a module's own stdlib patterns that only some inputs need (a paste's).
 
     The first use fills the slots below from the compiled regex, so later calls cost what
     they cost on the compiled regex itself (no __getattr__ per search)."""
 
-    __slots__ = ("pattern", "_compiled", "search", "match", "fullmatch", "finditer", "groupindex")
+    __slots__ = ("pattern", "_make", "_compiled", "search", "match", "fullmatch", "finditer", "groupindex", "sub")
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, make: Callable[[str], Any] | None = None):
         self.pattern = pattern
+        self._make = make
         self._compiled: Any = None
 
     def __getattr__(self, name: str) -> Any:  # search, match, groupindex ...: the compiled regex's
         if name.startswith("__"):  # copy and pickle probe for these: not the regex's
             raise AttributeError(name)
         if self._compiled is None:
-            self._compiled = rulecache.compiled_regex(self.pattern)
-            for slot in LazyRegex.__slots__[2:]:
+            self._compiled = (self._make or rulecache.compiled_regex)(self.pattern)
+            for slot in LazyRegex.__slots__[3:]:
                 setattr(self, slot, getattr(self._compiled, slot))
         return getattr(self._compiled, name)
 
