@@ -465,3 +465,20 @@ def test_an_entry_is_keyed_by_the_code_that_derives_it_alone(monkeypatch):
     after = edited("loose.py")
     assert {kind for kind in before if after[kind] != before[kind]} == {"loose", "loose-one"}
     assert set(edited("cache.py").values()).isdisjoint(before.values())  # its code goes into every kind
+
+
+def test_a_warm_load_gives_every_patterns_openings_without_parsing_it(cache, monkeypatch):
+    """The openings the cut readings ask first (anchors.may_match_cut) come with the rules from
+    the cache: a paste asked a dozen, and stdlib's parser took 0.2 ms for each at every start."""
+    from triage.match import anchors
+
+    sources = [pattern.compiled.pattern for rule in load_rules().rules for pattern in rule.patterns]  # stored
+    derived = {source: anchors._opening_form(source) for source in sources}
+    monkeypatch.setattr(anchors, "_openings_known", {})
+
+    def refused(source):
+        raise AssertionError(f"parsed again: {source!r}")
+
+    monkeypatch.setattr(anchors, "_derive_opening_form", refused)
+    load_rules()
+    assert {source: anchors._opening_form(source) for source in sources} == derived

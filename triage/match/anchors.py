@@ -12,7 +12,6 @@ three lines still leaves one of them whole.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,9 +131,35 @@ def openings(source: str) -> tuple[str, ...]:
     return _opening_form(source)[0]
 
 
-@functools.cache
+_openings_known: dict[str, tuple[tuple[str, ...], bool]] = {}
+
+
 def _opening_form(source: str) -> tuple[tuple[str, ...], bool]:
-    """openings(source), and whether optional whitespace comes before them ("^\\s*File ")."""
+    """openings(source), and whether optional whitespace comes before them ("^\\s*File "):
+    from the rule cache (remember_openings), else derived once per process (stdlib's parser,
+    0.2 ms a pattern: a paste asks a dozen)."""
+    known = _openings_known.get(source)
+    if known is None:
+        known = _openings_known[source] = _derive_opening_form(source)
+    return known
+
+
+def derived_openings(sources: Iterable[str]) -> dict[str, list]:
+    """The openings of each regex source as plain data, for the rule cache."""
+    return {source: [list(texts), spaced] for source in sources for texts, spaced in [_opening_form(source)]}
+
+
+def remember_openings(plain: dict[str, list]) -> None:
+    """Take derived_openings' data back (from the rule cache); refuses data of another shape."""
+    restored = {}
+    for source, (texts, spaced) in plain.items():
+        if not (isinstance(texts, list) and all(isinstance(t, str) and t for t in texts) and isinstance(spaced, bool)):
+            raise ValueError(f"openings of {source!r}: not a list of texts and a flag")
+        restored[source] = (tuple(texts), spaced)
+    _openings_known.update(restored)
+
+
+def _derive_opening_form(source: str) -> tuple[tuple[str, ...], bool]:
     try:
         tree = sre_parse.parse(source)
     except Exception:  # noqa: BLE001 - syntax only the `regex` module knows: no opening

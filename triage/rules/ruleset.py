@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from triage.rules import cache as rulecache
-from triage.match.anchors import anchors_for, derived_anchors, keyword_source, needs_keywords, remember_anchors
+from triage.match.anchors import (
+    anchors_for, derived_anchors, derived_openings, keyword_source, needs_keywords, remember_anchors, remember_openings,
+)
 from triage.rules.expr import Expression, ExprError, check_template, template_names
 from triage.diagnose.lifecycle import FAILURE_NAMES
 from triage.model import SEVERITIES, STAGES
@@ -294,6 +296,7 @@ def load_file(path: Path, builtin: bool = False) -> tuple[list[Rule], list[str],
         try:
             loaded = _from_document(path, entry["document"], builtin, entry["fields"])
             remember_anchors(entry["anchors"])
+            remember_openings(entry["openings"])
             return loaded
         except Exception:  # noqa: BLE001 - an entry that does not fit is ignored: the file is read again
             pass
@@ -338,7 +341,8 @@ def _store(entry_name: str, document: Any, rules: list[Rule]) -> None:
         if any(needs_keywords(anchors_for(p.compiled.pattern)) for p in rule.patterns) for keyword in rule.keywords
     ]
     anchors = derived_anchors([*fields, *keywords])
-    rulecache.write_json(entry_name, {"document": plain, "fields": fields, "anchors": anchors})
+    openings = derived_openings(fields)  # what the cut readings ask first (anchors.may_match_cut)
+    rulecache.write_json(entry_name, {"document": plain, "fields": fields, "anchors": anchors, "openings": openings})
 
 
 def _parse_rule(
