@@ -856,3 +856,17 @@ def test_a_value_of_words_read_in_the_loose_form_is_the_one_printed(matcher, cod
     assert WORD_VALUES, "no rule prints a value of words"
     readings = found(matcher, DAMAGES[damage](example.text.strip()), code)
     assert [reading.get(name) for reading in readings] == [example.fields[name]], (readings, example.fields[name])
+
+
+@pytest.mark.parametrize("sentence", WRITER_SENTENCES[:4])
+@pytest.mark.parametrize(("code", "index", "example", "name"), WORD_VALUES,
+                         ids=[f"{code}-{index}-{name}" for code, index, _, name in WORD_VALUES])
+def test_a_value_of_words_that_no_punctuation_closes_takes_no_words_of_the_writer(matcher, code, index, example, name,
+                                                                                   sentence):
+    """The message cut right after its value of words, the writer's words after it with no
+    punctuation between: where the value ends is not known, so it is not read (the rule is)."""
+    text = example.text.strip()
+    end = _value_ends(code, text)[name]
+    readings = found(matcher, f"{text[:end]} {sentence.format(n=7)}", code)
+    assert readings, f"{code} not found"
+    assert all(sentence.split()[-1] not in str(reading.get(name, "")) for reading in readings), readings

@@ -41,8 +41,8 @@ PROSE_WORD = LazyRegex(r"[^\W\d_a-zA-Z]", re.compile)  # a letter of another scr
 # a cut mark with the writer's words after it on its line
 INNER_MARK = re.compile(r"\s*(?:\.{2,}|\u2026|[\[(<]truncated[\])>])(?:\s*[\[(<]truncated[\])>])?(?=\s+\S)", re.IGNORECASE)
 NO_TEXT = "\x00"  # no message holds it: only a clause that takes any character reads it
-CLAUSE_BREAK = re.compile(r"[,;:()\[\]=/]")  # where one of a message's clauses ends: "Preemptions: 2, GP" ends in "GP"
-WORDS = re.compile(r"[^\W\d_]+\s+[^\W\d_]")  # two words, a blank between: a cut leaves at most the start of one
+CLAUSE_BREAK = LazyRegex(r"[,;:()\[\]=/]", re.compile)  # where one of a message's clauses ends: "Preemptions: 2, GP" ends in "GP"
+WORDS = LazyRegex(r"[^\W\d_]+\s+[^\W\d_]", re.compile)  # two words, a blank between: a cut leaves at most the start of one
 
 
 def cut_end(text: str) -> int:
@@ -140,11 +140,15 @@ def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, re
         # clauses the pattern skips, which take any text: _stops_as_pasted weighs those
         return False
     text, end = window.text(), found.end + len(cut)
+    # the same cut with text no message holds: a piece that takes any text (a gap, other words)
+    # read it, not the message's own words (a partial match names none of the groups it left open)
+    masked = text[: found.end] + NO_TEXT * (end - found.end)
     try:
         match = pattern.cut_at(text, found.start, end, MATCH_TIMEOUT, found.value_spans)
+        free = match is not None and pattern.cut_at(masked, found.start, end, MATCH_TIMEOUT, found.value_spans) is not None
     except TimeoutError:
         return False
-    return match is not None and not tight_over_blank(match, pattern, window, found)
+    return match is not None and not free and not tight_over_blank(match, pattern, window, found)
 
 
 def tight_over_blank(match: Any, pattern: LoosePattern, window: LooseWindow, found: LooseMatch) -> bool:

@@ -13,14 +13,14 @@ from triage.match.loose import LooseMatch, LoosePattern, loose_match, normalise
 from triage.match.targets import NOT_SHARED, Cursor, Target
 from triage.match.window import LooseWindow
 from triage.model import Event, Record
-from triage.rules.ruleset import MATCH_TIMEOUT
+from triage.rules.ruleset import MATCH_TIMEOUT, LazyRegex
 
 if TYPE_CHECKING:
     from triage.match.matcher import Matcher
 
 
 LOOSE_MORE_VALUES = 48  # a number this close after the last value read: a message with more values
-FULL_STOP = re.compile(r"\\[.?!]\s*$")  # a pattern whose message ends a sentence
+FULL_STOP = LazyRegex(r"\\[.?!]\s*$", re.compile)  # a pattern whose message ends a sentence
 TIGHT_TRIES = 3  # readings of a pattern whose tight values end at a blank: the writer's words hold few values
 GAP_CUT = 64  # at most this much of the clauses a pattern skips (loose form) before a cut: a longer text is another message
 
@@ -171,13 +171,25 @@ def tight_reading(pattern: LoosePattern, window: LooseWindow) -> LooseMatch | No
                  if name not in pattern.tight and not found.fields[name][:1].isdigit()
                  for mark in [window.sentence_mark_in(*span)] if mark is not None and mark < span[1]]
         if not ends:
-            for name, span in zip(found.fields, found.value_spans, strict=True):
-                if name not in pattern.tight:  # a value of words, as printed: "embedding generation"
-                    found.fields[name] = window.as_read(*span) or found.fields[name]
-            return found
+            return words_as_read(found, pattern, window)
         leading, end = min(ends, key=lambda item: item[1])
         text, start = (text, end) if leading else (text[:end], start)
     return None
+
+
+def words_as_read(found: LooseMatch, pattern: LoosePattern, window: LooseWindow) -> LooseMatch:
+    """The reading's values of words as printed ("embedding generation"); one that ends the
+    reading where no sentence's punctuation closes it is not read: where it ends is not known,
+    and the writer's words may be in it ("for classification and I do not know why")."""
+    for name, span in list(zip(found.fields, found.value_spans, strict=True)):
+        if name in pattern.tight or found.fields[name][:1].isdigit():
+            continue
+        if span[1] == found.end and not window.closed_after(span[1]):
+            index = found.value_spans.index(span)
+            del found.fields[name], found.value_spans[index]
+        else:
+            found.fields[name] = window.as_read(*span) or found.fields[name]
+    return found
 
 
 def loose_event(

@@ -12,13 +12,13 @@ from triage.match.loose import QUOTES, normalise
 from triage.rules.ruleset import LazyRegex
 
 STRING_PREFIX = LazyRegex(r"^\s*[rRfFbBuU]{1,2}(?=[\"'])", re.compile)  # f"..." in a traceback's source lines
-BLANK_INSIDE = re.compile(r"\S\s+(?=\S)")
-SENTENCE_INSIDE = re.compile(r"[.?!]\s+(?=\S)")
-SENTENCE_BEFORE = re.compile(r"[.?!]\s+$")
-SENTENCE_MARK = re.compile("[.?!\u3002\uff01\uff1f]")
-PUNCTUATED = re.compile(r"[^\w\s]")
-PUNCTUATED_BEFORE = re.compile(r"[^\w\s]\s*$")
-RUN_ON = re.compile(r"[^\s.?!,;:\-\u2026]\s+$")
+BLANK_INSIDE = LazyRegex(r"\S\s+(?=\S)", re.compile)
+SENTENCE_INSIDE = LazyRegex(r"[.?!]\s+(?=\S)", re.compile)
+SENTENCE_BEFORE = LazyRegex(r"[.?!]\s+$", re.compile)
+SENTENCE_MARK = LazyRegex("[.?!\u3002\uff01\uff1f]", re.compile)
+PUNCTUATED = LazyRegex(r"[^\w\s]", re.compile)
+PUNCTUATED_BEFORE = LazyRegex(r"[^\w\s]\s*$", re.compile)
+RUN_ON = LazyRegex(r"[^\s.?!,;:\-\u2026]\s+$", re.compile)
 DROPPED = " \t\r\n" + QUOTES + ".,;:!?\u3002\u3001\uff0c\uff1a\uff1b\uff01\uff1f"  # what the loose form drops after a value
 # a dot right after a digit is no sentence's end where the text stops: "as of v0." is cut inside a version
 SENTENCE_END = LazyRegex(r"(?:(?<!\d)\.|[!?\u3002])\s*$", re.compile)
@@ -175,6 +175,14 @@ class LooseWindow:
         raw_end = len(text) if end == position + len(self.forms[index]) else self._raw_start(index, end)
         return text[self._raw_start(index, start) : raw_end].rstrip(DROPPED)
 
+    def closed_after(self, end: int) -> bool:
+        """The text as read has sentence punctuation right after the loose offset `end` on its
+        line (among what the loose form drops there): what ends there ends a sentence."""
+        index = self.lines_of(end, end)[1] - self.first
+        text = self.texts[index]
+        raw = len(text) if end == sum(map(len, self.forms[: index + 1])) else self._raw_start(index, end)
+        return SENTENCE_MARK.search(text, len(text[:raw].rstrip(DROPPED)), raw) is not None
+
     def sentence_mark_in(self, start: int, end: int) -> int | None:
         """Where (loose form) the text as read has sentence punctuation inside the span
         start..end: a value of words ends there ("for embedding generation。Please ..."), though
@@ -194,7 +202,7 @@ class LooseWindow:
         raw = self._raw_start(index, end)
         return self.texts[index][raw : raw + 1].isalpha() and RUN_ON.search(self.texts[index], 0, raw) is not None
 
-    def _find_in(self, start: int, end: int, pattern: re.Pattern, strip: bool = True) -> int | None:
+    def _find_in(self, start: int, end: int, pattern: LazyRegex, strip: bool = True) -> int | None:
         """Where (loose form: the offset after it) the pattern is in the text as read of the loose
         span start..end, on one of its lines (strip: less the blanks, quotes and punctuation the
         loose form drops after it; the pattern is then one of a blank)."""
