@@ -489,17 +489,7 @@ class _Emitter:
         if all(op is c.CATEGORY and value is c.CATEGORY_SPACE or op is c.LITERAL and chr(value).isspace()
                for op, value in members):
             return ""  # whitespace only: gone from the text
-        out, negate = [], False
-        for op, value in members:
-            if op is c.NEGATE:
-                negate = True
-            elif op is c.LITERAL:
-                out.append(_class_char(chr(value)))
-            elif op is c.RANGE:
-                out.append(f"{_class_char(chr(value[0]))}-{_class_char(chr(value[1]))}")
-            elif op is c.CATEGORY:
-                out.append(_CATEGORIES.get(value, ""))
-        return f"[{'^' if negate else ''}{''.join(out)}]"
+        return _class_regex(members)
 
 
 _REPEATS = tuple(op for op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT,
