@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from collections.abc import Callable
 
 from triage.input.records import LineParts, decode, join_variants, parse_line
@@ -39,6 +40,8 @@ RECORD_TEXT = MAX_JOIN_LINE
 MIN_WRAP = 40  # a shorter line ends its record: a hard or hand wrap fills its lines
 MAX_WRAP = 320  # a wider line was wrapped by no terminal or page: it is its record whole
 MIXED_SEAMS = 3  # a record wrapped over more lines is joined one way at every seam (2^seams joins)
+MAX_LEAD = 8  # a viewer's indentation of a wrap's pieces, at most
+MAX_QUOTED_PREFIXES = 2  # rows of a wrapped prompt that start with a logger's prefix it quotes, at most
 WRAP_SLACK = 24  # a wrapped record's inner lines are this much narrower than its first, at most
 
 WORD_TAIL, WORD_HEAD = re.compile(r"[A-Za-z_]+$"), re.compile(r"[A-Za-z_]+")  # a word's pieces at a seam
@@ -215,6 +218,133 @@ class History:
     def lines_before(self, count: int) -> list[bytes]:
         """The last `count` lines read (fewer at the start of the input)."""
         return self.tail[-count:] if count > 0 else []
+
+
+# How a request-log line of vLLM ends when it is whole: its last fields ("..., lora_request: None.").
+REQUEST_LOG_TAIL = 200
+REQUEST_LOG_END = re.compile(
+    rb"(?:lora_request|prompt_adapter_request|prompt_token_ids|prompt token ids): [^\n]{0,%d}\.\r?$" % REQUEST_LOG_TAIL)
+
+
+def columns(raw: bytes | bytearray) -> int:
+    """The columns a line takes on a terminal: its decoded characters, a wide (CJK) one two."""
+    text = decode(raw)
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(unicodedata.east_asian_width(char) in "WF" for char in text)
+
+
+def _lead(raw: bytes | bytearray) -> int:
+    """The blanks a line starts with, up to a viewer's indentation of a wrap's pieces."""
+    return min(len(raw) - len(raw.lstrip(b" \t")), MAX_LEAD)
+
+
+def _fills(raw: bytes | bytearray, width: int) -> int:
+    """The line's columns when it is a row a wrap at `width` filled (a viewer may have indented
+    it; a wide character that did not fit the last column leaves it one short), else 0."""
+    wide = columns(raw)
+    return wide if width - 1 <= wide and wide - _lead(raw) <= width + 1 else 0
+
+
+def _closed(data: bytes | bytearray, start: int, end: int) -> bool:
+    """The rows data[start:end] end with vLLM's closing fields of a request-log line."""
+    rows = bytes(data[max(start, end - 2 * REQUEST_LOG_TAIL) : end]).splitlines()
+    joins = b"".join(rows), b"".join(row.lstrip() for row in rows)  # (a blank at a seam may be the text's own)
+    return any(REQUEST_LOG_END.search(joined) for joined in joins)
+
+
+def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, records: bool = True) -> int:
+    """Where the request-log line data[start:end] ends with the pieces a terminal's hard wrap
+    moved onto the lines below it: a wrap fills every row to the first one's width but the
+    last. A row that starts with a logger's prefix is the next record, unless the row above
+    it was filled and vLLM's closing fields have not come yet (the prompt quotes a log line,
+    and the wrap put its prefix at a row's start; a few such rows at most). The prompt on those rows is never a server
+    event. end itself: the line is whole (vLLM's closing fields end it, or it is wider than a
+    terminal). records False: a row with a logger's prefix always starts the next record (a
+    server's own log file, which no terminal wrapped)."""
+    if end >= limit or end - start > 4 * MAX_WRAP or REQUEST_LOG_END.search(data, start, end):
+        return end
+    width = columns(data[start:end])
+    if not MIN_WRAP <= width <= MAX_WRAP:
+        return end
+    quoted = 0
+    while end < limit:
+        piece_start = end + 1
+        piece_end = data.find(b"\n", piece_start, limit)
+        piece_end = limit if piece_end < 0 else piece_end
+        if NEW_RECORD.match(data, piece_start, piece_end):
+            quoted += 1
+            if not records or quoted > MAX_QUOTED_PREFIXES or _closed(data, start, end):
+                break
+        raw = data[piece_start:piece_end]
+        piece = columns(raw)
+        filled = _fills(raw, width)
+        if not filled and (NEW_RECORD.match(raw) or piece - _lead(raw) > width + 1 or not raw.strip()
+                           or EXCEPTION_HEAD.match(decode(raw).lstrip())):
+            break  # a blank line, or a line of its own below a whole request line (a client's error)
+        end = piece_end
+        if not filled:
+            break  # the last row
+        width = max(width, piece - _lead(raw))
+    return end
+
+
+def _may_hold(data: bytes | bytearray, start: int, end: int, limit: int, markers: list[bytes]) -> bool:
+    """A marker is in the line data[start:end] and the next few joined as they come (a quick
+    test before a wrap's rows are read)."""
+    head = bytes(data[start : min(limit, start + 4 * (end - start + 1 + MAX_LEAD))])
+    joined = b"".join(row.strip() for row in head.splitlines())  # (a blank at a seam may be the text's own)
+    return any(all(word in joined for word in marker.split()) for marker in markers)
+
+
+def cut_request_end(data: bytes | bytearray, start: int, end: int, limit: int, markers: list[bytes],
+                    records: bool = True) -> int | None:
+    """Where the hard-wrapped request-log record that begins with the line data[start:end] ends,
+    when the wrap cut its marker ("... [logger.py:41] R" / "eceived request ..."); None: the line
+    begins no such record. records: as for wrapped_end."""
+    if not NEW_RECORD.match(data, start, end) or not _may_hold(data, start, end, limit, markers):
+        return None
+    stop = wrapped_end(data, start, end, limit, records)
+    if stop == end:
+        return None
+    pieces = bytes(data[start : min(stop, start + 4 * (end - start + 1 + MAX_LEAD))]).splitlines()
+    lead = _lead(pieces[1])  # (or the text's own blank, where a piece starts with one)
+    heads = b"".join(pieces), b"".join([pieces[0], *(piece[lead:] for piece in pieces[1:])])
+    # (the record's message starts with the marker: another record's rows the wrap ran on into do not count)
+    texts = [parse_line(head).text.lstrip() for head in heads]
+    return stop if any(text.startswith(marker.decode()) for marker in markers for text in texts) else None
+
+
+def wrapped_request_start(data: bytes | bytearray, start: int, end: int, limit: int, markers: list[bytes],
+                          records: bool = False) -> int | None:
+    """The start of the hard-wrapped request-log record whose rows include the line
+    data[start:end], found back over the rows above it that the wrap filled to one width;
+    None: the line is no such row. records: a line with a logger's prefix may be a row (one
+    that fills the width, as the rest of the prompt's rows above it)."""
+    if start == 0 or not records and NEW_RECORD.match(data, start, end):
+        return None
+    first = data.rfind(b"\n", 0, start - 1) + 1
+    if not MIN_WRAP <= start - 1 - first <= 4 * MAX_WRAP:
+        return None
+    above = data[first : start - 1]
+    width = columns(above)
+    widths = {width, width - _lead(above)}  # (its blanks a viewer's indentation, or the text's own)
+    if not MIN_WRAP <= width <= MAX_WRAP or columns(data[start:end]) - _lead(data[start:end]) > width + 1:
+        return None
+    walked, quoted = 0, 0
+    while True:
+        if NEW_RECORD.match(data, first, start - 1):
+            if cut_request_end(data, first, start - 1, limit, markers, records) is not None:
+                return first
+            quoted += 1
+            if not records or quoted > MAX_QUOTED_PREFIXES:
+                return None
+        if first == 0 or walked > RECORD_TEXT:
+            return None
+        start, first = first, data.rfind(b"\n", 0, first - 1) + 1
+        walked += start - first
+        if not any(_fills(data[first : start - 1], each) for each in widths):
+            return None
 
 
 class Lines:

@@ -54,6 +54,8 @@ from triage.match.lines import (
     joins,
     lines_after,
     start_of_last_lines,
+    wrapped_end,
+    wrapped_request_start,
 )
 from triage.match.paste_sweep import PASTE_SIZE, whole_paste, with_paste_sweep
 from triage.match.record_facts import RECORD_ROLES, match_records, record_targets, taken_records
@@ -198,7 +200,7 @@ class Matcher:
         spent much of its time bringing them back after each line's share of the pass)."""
         if self.engine is None:
             return data.count(b"\n", 0, end)
-        candidates, lines = self._candidates(data, end, first_line)
+        candidates, lines = self._candidates(data, end, first_line, paste)
         if paste:  # the input so far is a paste: swept whole, piece by piece
             candidates = with_paste_sweep(self, data, end, candidates, first_line)
         tail_start = start_of_last_lines(data, CONTEXT_LINES, end)
@@ -245,10 +247,13 @@ class Matcher:
         return lines
 
     def _candidates(
-        self, data: bytes | bytearray, end: int, first_line: int
+        self, data: bytes | bytearray, end: int, first_line: int, paste: bool = False
     ) -> tuple[list[tuple[int, int, int, Selection]], int]:
-        """The lines of data[:end] that hold an anchor, less request-log lines: (start, end,
-        number, the patterns to try), and the number of lines in data[:end]."""
+        """The lines of data[:end] that hold an anchor, less request-log lines and the rows a
+        terminal wrapped them onto: (start, end, number, the patterns to try), and the number of
+        lines in data[:end]. paste: a row with a logger's prefix may be such a row too (the
+        prompt quoted a log line), as only in a paste from a terminal (a server's own log file
+        is not wrapped: its records are not walked back over)."""
         self.engine.new_chunk()  # type: ignore[union-attr]
         search, skip, position = self.engine.search, self.skip_markers, 0  # type: ignore[union-attr]
         counted_to, line_no = 0, first_line
@@ -265,8 +270,16 @@ class Matcher:
             line_no += data.count(b"\n", counted_to, line_start)
             counted_to = line_start
             if anchor in skip or _holds_any(data, skip, line_start, line_end):
-                if line_end < end:  # a request log line: prompt text quoting an error is not an event
+                # a request log line: prompt text quoting an error is not an event, nor on the
+                # lines a terminal wrapped it onto
+                record_end = wrapped_end(data, line_start, line_end, end, paste)
+                position = record_end + 1
+                if record_end == line_end < end:
                     line_no, counted_to = line_no + 1, line_end + 1
+                continue
+            if (first := wrapped_request_start(data, line_start, line_end, end, skip, paste)) is not None:
+                # a piece of a request log line whose marker the wrap cut
+                position = max(line_end, wrapped_end(data, first, data.find(b"\n", first, end), end, paste)) + 1
                 continue
             # the anchors are listed now: hyperscan still holds this stretch's hits
             candidates.append((line_start, line_end, line_no, self._targets_in(data, line_start, line_end)))

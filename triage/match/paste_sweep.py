@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from triage.input.reader import Chunk
 from triage.input.records import parse_line
-from triage.match.lines import MAX_JOIN_LINE
+from triage.match.lines import MAX_JOIN_LINE, cut_request_end, wrapped_end
 from triage.match.loose import derive_all, normalise
 from triage.match.record_facts import RECORD_ROLES
 from triage.match.targets import Selection, Target
@@ -69,7 +69,15 @@ def with_paste_sweep(
         line_end = data.find(b"\n", position, end)
         line_end = end if line_end < 0 else line_end
         raw = bytes(data[position:line_end])
-        if len(raw) <= MAX_JOIN_LINE and not any(marker in raw for marker in matcher.skip_markers):
+        markers = matcher.skip_markers
+        if any(marker in raw for marker in markers):  # a request-log line, its wrapped pieces too
+            record_end: int | None = wrapped_end(data, position, line_end, end)
+        else:
+            record_end = cut_request_end(data, position, line_end, end, markers)
+        if record_end is not None:
+            line_no += data.count(b"\n", line_end, record_end)
+            line_end = record_end
+        elif len(raw) <= MAX_JOIN_LINE:
             starts.append((position, line_end, line_no))
             forms.append(normalise(STRING_PREFIX.sub("", parse_line(raw).text)).lower())
         position, line_no = line_end + 1, line_no + 1
