@@ -253,15 +253,16 @@ def _closed(data: bytes | bytearray, start: int, end: int) -> bool:
     return any(REQUEST_LOG_END.search(joined) for joined in joins)
 
 
-def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, records: bool = True) -> int:
+def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, records: bool = False) -> int:
     """Where the request-log line data[start:end] ends with the pieces a terminal's hard wrap
     moved onto the lines below it: a wrap fills every row to the first one's width but the
     last. A row that starts with a logger's prefix is the next record, unless the row above
     it was filled and vLLM's closing fields have not come yet (the prompt quotes a log line,
     and the wrap put its prefix at a row's start; a few such rows at most). The prompt on those rows is never a server
     event. end itself: the line is whole (vLLM's closing fields end it, or it is wider than a
-    terminal). records False: a row with a logger's prefix always starts the next record (a
-    server's own log file, which no terminal wrapped)."""
+    terminal). records: a paste from a terminal, where rows may start with a prefix the prompt
+    quotes; without, a row with a logger's prefix always starts the next record (a server's own
+    log file, which no terminal wrapped)."""
     if end >= limit or end - start > 4 * MAX_WRAP or REQUEST_LOG_END.search(data, start, end):
         return end
     width = columns(data[start:end])
@@ -298,7 +299,7 @@ def _may_hold(data: bytes | bytearray, start: int, end: int, limit: int, markers
 
 
 def cut_request_end(data: bytes | bytearray, start: int, end: int, limit: int, markers: list[bytes],
-                    records: bool = True) -> int | None:
+                    records: bool = False) -> int | None:
     """Where the hard-wrapped request-log record that begins with the line data[start:end] ends,
     when the wrap cut its marker ("... [logger.py:41] R" / "eceived request ..."); None: the line
     begins no such record. records: as for wrapped_end."""

@@ -71,9 +71,9 @@ def with_paste_sweep(
         raw = bytes(data[position:line_end])
         markers = matcher.skip_markers
         if any(marker in raw for marker in markers):  # a request-log line, its wrapped pieces too
-            record_end: int | None = wrapped_end(data, position, line_end, end)
+            record_end: int | None = wrapped_end(data, position, line_end, end, records=True)
         else:
-            record_end = cut_request_end(data, position, line_end, end, markers)
+            record_end = cut_request_end(data, position, line_end, end, markers, records=True)
         if record_end is not None:
             line_no += data.count(b"\n", line_end, record_end)
             line_end = record_end
