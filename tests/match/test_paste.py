@@ -870,3 +870,16 @@ def test_a_value_of_words_that_no_punctuation_closes_takes_no_words_of_the_write
     readings = found(matcher, f"{text[:end]} {sentence.format(n=7)}", code)
     assert readings, f"{code} not found"
     assert all(sentence.split()[-1] not in str(reading.get(name, "")) for reading in readings), readings
+
+
+@pytest.mark.parametrize(("text", "code", "fields"), [
+    # a value of words cut, then the writer's question: its letters are not the value's
+    ("报错如下：ValueError：User-specified max_model_len （49152） is greater than the derived max_model_len "
+     "（max_position_embeddings。请问怎么办？", "VT401", {"user_max_model_len": 49152, "max_len_key": "max_position_embeddings"}),
+    # cut after its last number, then the writer's sentence in Chinese
+    ('报错如下：{"error":{"message":"This model\'s maximum embedding input length is 4096 tokens。However，you requested '
+     "5120。请问怎么办？", "VT105", {"max_input_tokens": 4096, "prompt_tokens": 5120}),
+])
+def test_a_cut_message_then_the_writers_chinese_sentence_keeps_what_was_printed(matcher, text, code, fields):
+    (event,) = [e for e in matcher.scan_text("chat.txt", text) if e.rule.kind == "finding"]
+    assert event.rule.code == code and {k: event.fields.get(k) for k in fields} == fields

@@ -109,6 +109,12 @@ def drop_prose_values(found: LooseMatch, window: LooseWindow) -> None:
     prose = PROSE_WORD.search(span)
     if prose:
         stop = found.head_end + prose.start()
+        name, (low, high) = (list(found.fields)[-1], found.value_spans[-1]) if found.fields else ("", (0, 0))
+        if low < stop < high == found.end and not found.fields[name][:1].isdigit():
+            # the last value, of words, ran on into the writer's words: a word value takes any
+            # script's letters, but vLLM's are ASCII ("max_position_embeddings。请问" read whole)
+            found.fields[name] = window.text()[low:stop]
+            found.value_spans[-1], found.end = (low, stop), stop
         kept = [(name, value_span) for name, value_span in zip(found.fields, found.value_spans, strict=True)
                 if value_span[1] <= stop]
         found.fields = {name: found.fields[name] for name, _ in kept}

@@ -240,7 +240,8 @@ def stops_as_pasted(found: LooseMatch, window: LooseWindow, pattern: LoosePatter
     if found.before_gap and not found.free_gap and rest and not prose_after:
         return sum(c.isascii() for c in rest) <= GAP_CUT and any(c.isdigit() for c in rest)
     if found.numbers_read:  # a closing sentence (naming a lever) replaced: the text's sentence ends here too
-        return not any(c.isalnum() for c in window.rest_of_sentence(found.end))
+        # (or the writer's words in another script follow: "you requested 5120。请问怎么办？")
+        return not any(c.isascii() and c.isalnum() for c in window.rest_of_sentence(found.end))
     return not any(c.isascii() and c.isalnum() for c in rest) and not (not rest and ends_sentence)
 
 
