@@ -239,11 +239,11 @@ def _lead(raw: bytes | bytearray) -> int:
     return min(len(raw) - len(raw.lstrip(b" \t")), MAX_LEAD)
 
 
-def _fills(raw: bytes | bytearray, width: int) -> int:
-    """The line's columns when it is a row a wrap at `width` filled (a viewer may have indented
-    it; a wide character that did not fit the last column leaves it one short), else 0."""
-    wide = columns(raw)
-    return wide if width - 1 <= wide and wide - _lead(raw) <= width + 1 else 0
+def _fills(wide: int, lead: int, width: int) -> bool:
+    """A line `wide` columns wide, `lead` of them blanks before its text, is a row a wrap at
+    `width` filled (a viewer may have indented it; a wide character that did not fit the last
+    column leaves it one short)."""
+    return width - 1 <= wide and wide - lead <= width + 1
 
 
 def _closed(data: bytes | bytearray, start: int, end: int) -> bool:
@@ -258,11 +258,11 @@ def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, recor
     moved onto the lines below it: a wrap fills every row to the first one's width but the
     last. A row that starts with a logger's prefix is the next record, unless the row above
     it was filled and vLLM's closing fields have not come yet (the prompt quotes a log line,
-    and the wrap put its prefix at a row's start; a few such rows at most). The prompt on those rows is never a server
-    event. end itself: the line is whole (vLLM's closing fields end it, or it is wider than a
-    terminal). records: a paste from a terminal, where rows may start with a prefix the prompt
-    quotes; without, a row with a logger's prefix always starts the next record (a server's own
-    log file, which no terminal wrapped)."""
+    and the wrap put its prefix at a row's start; a few such rows at most). The prompt on those
+    rows is never a server event. end itself: the line is whole (vLLM's closing fields end it,
+    or it is wider than a terminal). records: a paste from a terminal, where rows may start
+    with a prefix the prompt quotes; without, a row with a logger's prefix always starts the
+    next record (a server's own log file, which no terminal wrapped)."""
     if end >= limit or end - start > 4 * MAX_WRAP or REQUEST_LOG_END.search(data, start, end):
         return end
     width = columns(data[start:end])
@@ -273,20 +273,21 @@ def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, recor
         piece_start = end + 1
         piece_end = data.find(b"\n", piece_start, limit)
         piece_end = limit if piece_end < 0 else piece_end
-        if NEW_RECORD.match(data, piece_start, piece_end):
+        prefixed = NEW_RECORD.match(data, piece_start, piece_end) is not None
+        if prefixed:
             quoted += 1
             if not records or quoted > MAX_QUOTED_PREFIXES or _closed(data, start, end):
                 break
         raw = data[piece_start:piece_end]
-        piece = columns(raw)
-        filled = _fills(raw, width)
-        if not filled and (NEW_RECORD.match(raw) or piece - _lead(raw) > width + 1 or not raw.strip()
+        piece, lead = columns(raw), _lead(raw)
+        filled = _fills(piece, lead, width)
+        if not filled and (prefixed or piece - lead > width + 1 or not raw.strip()
                            or EXCEPTION_HEAD.match(decode(raw).lstrip())):
             break  # a blank line, or a line of its own below a whole request line (a client's error)
         end = piece_end
         if not filled:
             break  # the last row
-        width = max(width, piece - _lead(raw))
+        width = max(width, piece - lead)
     return end
 
 
@@ -344,7 +345,9 @@ def wrapped_request_start(data: bytes | bytearray, start: int, end: int, limit: 
             return None
         start, first = first, data.rfind(b"\n", 0, first - 1) + 1
         walked += start - first
-        if not any(_fills(data[first : start - 1], each) for each in widths):
+        row = data[first : start - 1]
+        wide, lead = columns(row), _lead(row)
+        if not any(_fills(wide, lead, each) for each in widths):
             return None
 
 

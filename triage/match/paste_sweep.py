@@ -64,12 +64,11 @@ def with_paste_sweep(
 ) -> list[tuple[int, int, int, Selection]]:
     """The candidates, and the lines of a small input where a pattern's head starts in the
     loose form of the whole input (its lines joined), for the second try."""
-    starts, forms, position, line_no = [], [], 0, first_line
+    starts, forms, position, line_no, markers = [], [], 0, first_line, matcher.skip_markers
     while position < end:
         line_end = data.find(b"\n", position, end)
         line_end = end if line_end < 0 else line_end
         raw = bytes(data[position:line_end])
-        markers = matcher.skip_markers
         if any(marker in raw for marker in markers):  # a request-log line, its wrapped pieces too
             record_end: int | None = wrapped_end(data, position, line_end, end, records=True)
         else:
