@@ -22,9 +22,6 @@ ASCII_RUN = LazyRegex(r"[\x00-\x7f]*", re.compile)
 # lone dots).
 MARK_STARTS = frozenset(" \t.\u2026[(<")  # the characters a cut mark (after its blanks) starts with
 MARK_SPAN = 40  # a cut mark is looked for in this much of a line's end: a search of whole lines cost every metrics line
-# what every cut mark holds: most lines hold none. It is `\.\.|…|trunc|cut` ignoring case, written
-# to start with one class of characters, which re skips to instead of trying each branch at each place
-MARK_HINT = re.compile("[.\u2026tTcC](?:(?<=\\.)\\.|(?<=\u2026)|(?<=[tT])(?i:runc)|(?<=[cC])(?i:ut))")
 CUT_MARK = re.compile(
     r"\s*(?:\.{2,}|\u2026|[\[(<](?:truncated|cut|\.+|\u2026)[\])>])(?:\s*[\[(<](?:truncated|cut)[\])>])?\W*$", re.IGNORECASE
 )
@@ -45,12 +42,22 @@ CLAUSE_BREAK = LazyRegex(r"[,;:()\[\]=/]", re.compile)  # where one of a message
 WORDS = LazyRegex(r"[^\W\d_]+\s+[^\W\d_]", re.compile)  # two words, a blank between: a cut leaves at most the start of one
 
 
+def mark_hint(text: str, start: int, end: int | None = None) -> bool:
+    """What every cut mark holds is in text[start:end]: "..", "…", "trunc" or "cut" in any case
+    (most lines hold none). Four substring tests: a third of the time of one regex over the span."""
+    span = text[max(start, 0) : end]
+    if ".." in span or "\u2026" in span:
+        return True
+    span = span.lower()
+    return "trunc" in span or "cut" in span
+
+
 def cut_end(text: str) -> int:
     """Where the line ends less what a paste adds after a cut (a closing quote, CJK prose,
     blanks, the mark a viewer leaves: "…", "[truncated]"): where a message cut there ends; 0
     when that line does not end open (OPEN_END, or a number cut at its point: "usage: 97.")."""
     end = len(text)
-    if text[-1:] in CLOSED_END and MARK_HINT.search(text, end - MARK_SPAN) is None:
+    if text[-1:] in CLOSED_END and not mark_hint(text, end - MARK_SPAN):
         return 0  # (a metrics line: "...hit rate: 75.7%")
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
@@ -65,7 +72,7 @@ def cut_end(text: str) -> int:
 def cut_mark(text: str, end: int) -> Any:
     """The cut mark text[:end] ends in, if any (a metrics line ends in '%': no regex for it)."""
     start = max(0, end - MARK_SPAN)
-    if MARK_HINT.search(text, start, end) is None:
+    if not mark_hint(text, start, end):
         return None
     return CUT_MARK.search(text, start, end)
 

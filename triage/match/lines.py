@@ -8,7 +8,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from triage.input.records import LineParts, decode, join_variants, parse_line
+from triage.input.records import LineParts, decode, holds_byte_of, join_variants, parse_line
 from triage.match.cut import cut_mark
 from triage.match.targets import Selection, Target
 from triage.model import Event
@@ -20,10 +20,9 @@ NEW_RECORD = re.compile(rb"(?:\x1b\[[\d;]*m)*(?:\([^)\n]{1,80}\) )?(?:\x1b\[[\d;
 
 # Bytes that decoding a line removes or rewrites (records.py), which may join raw text into an
 # anchor: escapes, ANSI, CR, NUL and the other control characters, a JSON log record. The C1
-# controls' UTF-8 lead byte alone stands for them: one class of bytes is searched several
-# times quicker than an alternation, and a line with another U+0080-U+00BF character in it
-# only tries more patterns.
-REWRITTEN = re.compile(rb"[\\\x1b\r\x00-\x08\x0b\x0c\x0e-\x1f\x7f{\xc2]")
+# controls' UTF-8 lead byte alone stands for them (a line with another U+0080-U+00BF character
+# in it only tries more patterns).
+REWRITTEN = bytes([*b"\\\x1b\r{", *range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, 0xC2])
 MAX_JOIN_LINE = 16 * 1024  # a longer neighbour (a request-log line) is never part of a wrapped message
 
 # The paste-tolerant second try (triage.match.loose): lines before a candidate it joins (a
@@ -392,7 +391,7 @@ class Lines:
         """The patterns that may match this line on its own. A pattern needs all its anchors
         in the raw bytes unless decoding rewrites them (escapes, ANSI, CR, NUL, a JSON log
         record): then any of them will do."""
-        if len(selection.alone) == len(selection.every) or REWRITTEN.search(self.buffer, self.start, self.end):
+        if len(selection.alone) == len(selection.every) or holds_byte_of(self.buffer[self.start : self.end], REWRITTEN):
             return selection.every  # (the same patterns: a metrics line holds every anchor of its patterns)
         return selection.alone
 
