@@ -232,8 +232,9 @@ class HyperscanEngine:
             if self._buffer is not buffer or not low <= start < high:
                 self._index(buffer, start, end)
                 low, high = self._window
-            at = bisect.bisect_left(self._starts, start)
-            for hit_start, anchor_id in self._hits[at:]:
+            hits = self._hits  # (read by index: a slice would copy the window's later hits for every line)
+            for at in range(bisect.bisect_left(self._starts, start), len(hits)):
+                hit_start, anchor_id = hits[at]
                 anchor = self.anchors[anchor_id]
                 if hit_start + len(anchor) <= end:
                     self._size = self.AFTER_SKIP_WINDOW if anchor in self.skip_markers else self.FIRST_WINDOW
@@ -245,9 +246,9 @@ class HyperscanEngine:
     def found_in(self, buffer: bytes | bytearray, start: int, end: int) -> set[bytes]:
         low, high = self._window
         if buffer is self._buffer and low <= start and end <= high:  # the window's hits hold them
-            at = bisect.bisect_left(self._starts, start)
-            anchors, lengths, found = self.anchors, self.lengths, set()
-            for hit_start, anchor_id in self._hits[at:]:
+            anchors, lengths, found, hits = self.anchors, self.lengths, set(), self._hits
+            for at in range(bisect.bisect_left(self._starts, start), len(hits)):
+                hit_start, anchor_id = hits[at]
                 if hit_start >= end:
                     break
                 if hit_start + lengths[anchor_id] <= end:
