@@ -3,6 +3,7 @@ selection a line's anchors make) and what it keeps between lines of one input.""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,7 @@ from triage.match.loose import LoosePattern, loose_form_of
 from triage.model import Event
 from triage.rules.ruleset import Pattern, Rule
 
-RECENT_STARTS = 32  # lines that began an event, kept for the second try's de-duplication
+RECENT_STARTS = 32  # lines that began an event, kept for the second try's de-duplication (up to twice as many)
 NOT_SHARED: tuple[int, frozenset[str]] = (0, frozenset())  # no line whose findings are another message beside a reading
 
 
@@ -19,33 +20,44 @@ class Cursor:
     """Line numbering and de-duplication across the chunks of one input."""
 
     consumed_until: int = 0  # last line already used by a joined (wrapped) match
-    started: dict[int, set[tuple[str, bool]]] = field(default_factory=dict)  # recent lines that began an event: (rule, finding)
+    # the events of the last candidate lines that had any, as matched: marking them is an append
+    # (every metrics line does it); the lines they began on are indexed only when asked (a
+    # wrapped window or a second try, a few lines in a log)
+    recent: deque[list[Event]] = field(default_factory=lambda: deque(maxlen=2 * RECENT_STARTS))
+    warnings: list[str] = field(default_factory=list)
+    _marks: int = 0  # events lists appended so far
+    _indexed: int = -1  # _marks when _index was built
+    _index: dict[int, set[tuple[str, bool]]] = field(default_factory=dict)
 
     def mark(self, events: list[Event]) -> None:
-        started = self.started
-        for event in events:
-            seen = started.get(event.record.line)
-            if seen is None:  # (setdefault would make a set for every event)
-                seen = started[event.record.line] = set()
-            seen.add((event.rule.code, event.rule.kind == "finding"))
-        if len(started) > 2 * RECENT_STARTS:
-            for line in sorted(started)[:-RECENT_STARTS]:
-                del started[line]
+        if events:
+            self.recent.append(events)
+            self._marks += 1
+
+    def _started(self) -> dict[int, set[tuple[str, bool]]]:
+        """Recent lines that began an event: (rule, finding) for each."""
+        if self._indexed != self._marks:
+            self._index = {}
+            for events in self.recent:
+                for event in events:
+                    self._index.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
+            self._indexed = self._marks
+        return self._index
 
     def began(self, event: Event) -> bool:
         """This rule's event already began on the event's first line: the same message again."""
-        return (event.rule.code, event.rule.kind == "finding") in self.started.get(event.record.line, ())
+        return (event.rule.code, event.rule.kind == "finding") in self._started().get(event.record.line, ())
 
     def taken(self, first: int, last: int, code: str, shared: tuple[int, frozenset[str]] = NOT_SHARED) -> bool:
         """Lines first..last hold the start of another finding, or of this rule: the loose form
         must not read a message again, nor run over one (a fact inside it, a config key, may).
         shared: a line and the findings on it that are another message beside this one."""
         beside_line, beside = shared
+        started = self._started()
         return any(
             finding and not (line == beside_line and seen in beside) or seen == code
-            for line in range(first, last + 1) for seen, finding in self.started.get(line, ())
+            for line in range(first, last + 1) for seen, finding in started.get(line, ())
         )
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
