@@ -115,7 +115,7 @@ class Lifecycle:
     def add(self, event: Event) -> None:
         record, role = event.record, event.rule.role
         process = record.process or (tag(record) if record.rank else None)  # (most lines: no tag at all)
-        key = self._key(process)
+        key = self.alias if process is None and self.alias is not None else process  # (_key, inline: every event)
         seen = key in self.seen
         if not seen and len(self.seen) < MAX_PROCESSES:
             self.seen.add(key)
