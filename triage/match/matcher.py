@@ -401,7 +401,7 @@ class Matcher:
         consumed = cursor.consumed_until
         events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
                                   lines.digits_at(1))
-        if events and self._read_whole(lines, parts.text, selection, events):
+        if events and self._read_whole(lines, parts, selection, events):
             if selection.records:
                 read = {event.rule.code for event in events}
                 records = [target for target in selection.records if target.rule.code not in read]
@@ -414,16 +414,19 @@ class Matcher:
         return events
 
     @staticmethod
-    def _read_whole(lines: Lines, text: str, selection: Selection, events: list[Event]) -> bool:
+    def _read_whole(lines: Lines, parts: LineParts, selection: Selection, events: list[Event]) -> bool:
         """The exact patterns read the line whole, as a line of a server's log is (nearly every
         candidate): it has a logger's prefix, the next line starts a record of its own, and a
         finding read on it leaves no other rule cut short by the line's end (it ends closed).
-        Then no message goes on below it, and the second try has nothing to read beside."""
+        Then no message goes on below it, and the second try has nothing to read beside.
+        (lines.is_whole_record(), with the candidate's parts at hand: every metrics line asks.)"""
+        if parts.level is None or lines.next_may_continue():
+            return False
         if not selection.loose:
-            return lines.is_whole_record()
+            return True
         for event in events:
             if event.rule.kind == "finding":
-                return lines.is_whole_record() and not cut_end(text)
+                return not cut_end(parts.text)
         return False
 
     def _read_around(
