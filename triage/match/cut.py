@@ -32,6 +32,7 @@ CUT_MARK = re.compile(
 OPEN_END = ",:;([-_"
 # a last character that ends a line closed, whatever is before it, unless a cut mark is there
 CLOSED_END = frozenset("%)]}>/#*+=&|~^$@")
+MARK_CLOSERS = frozenset(")]>")  # the last characters of a cut mark among them ("[truncated]")
 PROSE_AFTER = LazyRegex("[^\\x00-\\x7f\u2026]", re.compile)  # the first character of another script (not a cut's "…")
 NOTE = LazyRegex(r"\([^()]*[^\W\d_a-zA-Z][^()]*\)", re.compile)  # brackets around words of another script
 PROSE_WORD = LazyRegex(r"[^\W\d_a-zA-Z]", re.compile)  # a letter of another script (loose form: no blanks, no ASCII punctuation)
@@ -57,8 +58,11 @@ def cut_end(text: str) -> int:
     blanks, the mark a viewer leaves: "…", "[truncated]"): where a message cut there ends; 0
     when that line does not end open (OPEN_END, or a number cut at its point: "usage: 97.")."""
     end = len(text)
-    if text[-1:] in CLOSED_END and not mark_hint(text, end - MARK_SPAN):
-        return 0  # (a metrics line: "...hit rate: 75.7%")
+    last = text[-1:]
+    if last in CLOSED_END and (last not in MARK_CLOSERS and text[-2:-1].isalnum() or not mark_hint(text, end - MARK_SPAN)):
+        # (a metrics line: "...hit rate: 75.7%"; a cut mark ends the text but for \W, and a
+        # letter or digit right before that last character leaves no room for one)
+        return 0
     while end and (text[end - 1].isspace() or not text[end - 1].isascii() or text[end - 1] in QUOTES
                    or text[end - 1] in "?!" and not text[:end - 1].isascii()):  # a question in the prose ("하나요?")
         end -= 1
