@@ -20,10 +20,10 @@ class Cursor:
     """Line numbering and de-duplication across the chunks of one input."""
 
     consumed_until: int = 0  # last line already used by a joined (wrapped) match
-    # the events of the last candidate lines that had any, as matched: marking them is an append
-    # (every metrics line does it); the lines they began on are indexed only when asked (a
-    # wrapped window or a second try, a few lines in a log)
-    recent: deque[list[Event]] = field(default_factory=lambda: deque(maxlen=2 * RECENT_STARTS))
+    # (line, rule) of the events of the last candidate lines that had any: marking them is an
+    # append (every metrics line does it); they are indexed by line only when asked (a wrapped
+    # window or a second try, a few lines in a log). Not the events: they hold their line's text
+    recent: deque[list[tuple[int, Rule]]] = field(default_factory=lambda: deque(maxlen=2 * RECENT_STARTS))
     warnings: list[str] = field(default_factory=list)
     _marks: int = 0  # events lists appended so far
     _indexed: int = -1  # _marks when _index was built
@@ -31,16 +31,19 @@ class Cursor:
 
     def mark(self, events: list[Event]) -> None:
         if events:
-            self.recent.append(events)
+            marked = []
+            for event in events:  # (a loop, not a comprehension: that is a call of its own here)
+                marked.append((event.record.line, event.rule))
+            self.recent.append(marked)
             self._marks += 1
 
     def _started(self) -> dict[int, set[tuple[str, bool]]]:
         """Recent lines that began an event: (rule, finding) for each."""
         if self._indexed != self._marks:
             self._index = {}
-            for events in self.recent:
-                for event in events:
-                    self._index.setdefault(event.record.line, set()).add((event.rule.code, event.rule.kind == "finding"))
+            for marked in self.recent:
+                for line, rule in marked:
+                    self._index.setdefault(line, set()).add((rule.code, rule.kind == "finding"))
             self._indexed = self._marks
         return self._index
 
