@@ -40,6 +40,7 @@ MIN_WRAP = 40  # a shorter line ends its record: a hard or hand wrap fills its l
 MAX_WRAP = 320  # a wider line was wrapped by no terminal or page: it is its record whole
 MIXED_SEAMS = 3  # a record wrapped over more lines is joined one way at every seam (2^seams joins)
 MAX_LEAD = 8  # a viewer's indentation of a wrap's pieces, at most
+HEAD_ROWS = 4  # the rows of a wrapped request-log line its cut marker is looked for in
 MAX_QUOTED_PREFIXES = 2  # rows of a wrapped prompt that start with a logger's prefix it quotes, at most
 WRAP_SLACK = 24  # a wrapped record's inner lines are this much narrower than its first, at most
 
@@ -290,10 +291,16 @@ def wrapped_end(data: bytes | bytearray, start: int, end: int, limit: int, recor
     return end
 
 
+def _head_end(start: int, end: int) -> int:
+    """Where the first HEAD_ROWS rows of a wrapped record, the first of them data[start:end],
+    end at most (each row as wide as the first, and indented): where its marker lies."""
+    return start + HEAD_ROWS * (end - start + 1 + MAX_LEAD)
+
+
 def _may_hold(data: bytes | bytearray, start: int, end: int, limit: int, markers: list[bytes]) -> bool:
     """A marker is in the line data[start:end] and the next few joined as they come (a quick
     test before a wrap's rows are read)."""
-    head = bytes(data[start : min(limit, start + 4 * (end - start + 1 + MAX_LEAD))])
+    head = bytes(data[start : min(limit, _head_end(start, end))])
     joined = b"".join(row.strip() for row in head.splitlines())  # (a blank at a seam may be the text's own)
     return any(all(word in joined for word in marker.split()) for marker in markers)
 
@@ -308,7 +315,7 @@ def cut_request_end(data: bytes | bytearray, start: int, end: int, limit: int, m
     stop = wrapped_end(data, start, end, limit, records)
     if stop == end:
         return None
-    pieces = bytes(data[start : min(stop, start + 4 * (end - start + 1 + MAX_LEAD))]).splitlines()
+    pieces = bytes(data[start : min(stop, _head_end(start, end))]).splitlines()
     lead = _lead(pieces[1])  # (or the text's own blank, where a piece starts with one)
     heads = b"".join(pieces), b"".join([pieces[0], *(piece[lead:] for piece in pieces[1:])])
     # (the record's message starts with the marker: another record's rows the wrap ran on into do not count)
