@@ -1,14 +1,14 @@
 """Where a scan's time goes, in-process (no start-up, no report): reading the log, the
-anchor pass, matching the candidate lines, and diagnosing their events.
+anchor pass, reading the records it points at, and diagnosing their events.
 
     python benchmarks/inprocess.py benchmarks/data/access-log-256M.log
     VLLM_TRIAGE_ENGINE=re python benchmarks/inprocess.py benchmarks/data/access-log-256M.log
 
 The scan is timed whole (best of --repeat) and its parts by a clock around each: "read"
-is reading the log alone (measured apart), "pass" the anchor pass that lists a chunk's
-candidates and counts its lines, "match" matching the candidate lines away from chunk
-edges (nearly all of them), "diagnose" the diagnosis taking the events. Reading the clock
-adds about 0.2 µs a call.
+is reading the log alone (measured apart), "pass" the anchor pass that finds the next
+candidate row, "match" assembling and reading a record (one the anchor pass points at, or
+any of the input's first 256 KiB), "diagnose" the diagnosis taking the events. Reading the
+clock adds about 0.2 µs a call.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     reading = min(read() for _ in range(args.repeat))
     total, spent, matcher = min((timed_scan() for _ in range(args.repeat)), key=lambda run: run[0])
     size = Path(args.log).stat().st_size / 2**20
-    lines, events = max(spent.calls["match"], 1), spent.calls["diagnose"]
+    records, events = max(spent.calls["match"], 1), spent.calls["diagnose"]
     left_out = f"; without {', '.join(args.without)} ({len(ruleset.rules) - len(rules)} rules)" if args.without else ""
     print(f"engine {matcher.engine.name if matcher.engine else 'none'}; {size:.0f} MiB; best of {args.repeat}{left_out}")
     print(f"scan {total:.3f} s ({size / total:.0f} MiB/s): read {reading:.3f} s, pass {spent['pass']:.3f} s, "
           f"match {spent['match']:.3f} s, diagnose {spent['diagnose']:.3f} s")
-    print(f"{spent.calls['match']:,} candidate lines, {events:,} events: {spent['match'] / lines * 1e6:.1f} µs a line to "
-          f"match, {spent['diagnose'] / lines * 1e6:.1f} µs to diagnose its events")
+    print(f"{spent.calls['match']:,} records read, {events:,} events: {spent['match'] / records * 1e6:.1f} µs a record to "
+          f"read, {spent['diagnose'] / records * 1e6:.1f} µs to diagnose its events")
     return 0
 
 

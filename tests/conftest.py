@@ -1,4 +1,5 @@
 import functools
+import io
 import os
 import shutil
 import tempfile
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from triage.input.reader import iter_chunks
 from triage.match.matcher import Matcher
 from triage.rules.cache import CACHE_VARIABLE
 from triage.rules.ruleset import load_rules
@@ -20,6 +22,11 @@ settings.load_profile("fixed")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+
+
+def scan_events(matcher: Matcher, name: str, text: str) -> list:
+    """Every event the matcher reads in the text, as the reader hands it over (a paste, a log)."""
+    return list(matcher.scan(name, iter_chunks(io.BytesIO(text.encode()), markers=matcher.markers)))
 
 
 @pytest.fixture(scope="session")

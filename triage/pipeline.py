@@ -181,7 +181,7 @@ def events_of(
 
         if can_split(path):
             return scan_split(matcher, path, options.jobs, junk)
-    return matcher.scan(name, counted(input_chunks(name, stream, options, junk), name, line_counts))
+    return matcher.scan(name, counted(input_chunks(name, stream, options, junk, matcher.markers), name, line_counts))
 
 
 def take_events(events: Iterator[Event], diagnoser: Diagnoser, options: ScanOptions) -> None:
@@ -196,8 +196,8 @@ def take_events(events: Iterator[Event], diagnoser: Diagnoser, options: ScanOpti
             on_finding(finding)
 
 
-def input_chunks(name: str, stream: BinaryIO, options: ScanOptions, junk: NotText) -> Iterator[Chunk]:
-    chunks = tallied(iter_chunks(stream), junk)
+def input_chunks(name: str, stream: BinaryIO, options: ScanOptions, junk: NotText, markers: tuple[bytes, ...]) -> Iterator[Chunk]:
+    chunks = tallied(iter_chunks(stream, markers=markers), junk)
     size = big_regular_file(stream) if options.progress else None
     if size:
         chunks = with_progress(chunks, size, os.path.basename(name))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from triage.diagnose.diagnoser import HISTOGRAM_BINS, histogram, percentile, rejection_figures, requested_length
 from triage.rules.ruleset import load_rules
 from triage.diagnose.diagnoser import diagnose
+from conftest import scan_events
 
 STARTUP = (
     "(APIServer pid=11) INFO 02-03 09:00:00 [api_server.py:1896] vLLM API server version 0.11.0\n"
@@ -87,7 +88,7 @@ def hundreds_of_rejections(seed: int = 7) -> str:
 
 def test_hundreds_of_rejections_become_one_finding_with_exact_figures_and_a_recommendation(matcher):
     checks = [r for r in load_rules().rules if r.kind == "check"]
-    result = diagnose(matcher.scan_text("server.log", hundreds_of_rejections()), checks=checks)
+    result = diagnose(scan_events(matcher, "server.log", hundreds_of_rejections()), checks=checks)
     [finding] = [f for f in result.findings if f.code == "VT101"]
     assert finding.count == 300
     assert (finding.line, finding.last_line) == (6, 305)
@@ -115,7 +116,7 @@ def test_identical_findings_collapse_with_count_and_first_and_last_place(matcher
     line = ("(EngineCore_DP0 pid=3) ERROR 07-21 09:12:{second} [core.py:708] ValueError: No available memory for the "
             "cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n")
     text = "".join(line.format(second=s) for s in ("39", "40", "41"))
-    [finding] = diagnose(matcher.scan_text("x.log", text)).findings
+    [finding] = diagnose(scan_events(matcher, "x.log", text)).findings
     assert (finding.count, finding.line, finding.last_line) == (3, 1, 3)
     assert (finding.time, finding.last_time) == ("07-21 09:12:39", "07-21 09:12:41")
 
@@ -126,7 +127,7 @@ def test_a_startup_shortfall_says_which_figures_it_used(matcher):
         "(EngineCore_DP0 pid=2) INFO 07-21 09:12:38 [gpu_worker.py:298] Free memory on device (78.10/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 15.2 GiB for consumed memory\n"
         "(EngineCore_DP0 pid=2) ERROR 07-21 09:12:39 [core.py:708] ValueError: To serve at least one request with the models's max seq len (65536), (8.00 GiB KV cache is needed, which is larger than the available KV cache memory (5.31 GiB). Based on the available memory, the estimated maximum model length is 43488. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n"
     )
-    [finding] = diagnose(matcher.scan_text("x.log", text)).findings
+    [finding] = diagnose(scan_events(matcher, "x.log", text)).findings
     assert finding.derived["bytes_per_token"] == 131072  # 8 GiB over 65,536 tokens
     assert finding.derived["fit_max_model_len"] == 43488
     assert finding.derived["utilization_to_fit"] == 0.94  # 0.9 + 2.69 GiB / 79.19 GiB, rounded up

@@ -12,6 +12,7 @@ from triage.report import ScanResult, format_names, ordered, render, write
 from triage.report.json_format import SCHEMA_VERSION, finding_dict
 from triage.diagnose.store import FindingStore
 from triage.model import SEVERITIES, Finding
+from conftest import scan_events
 
 ROOT = Path(__file__).resolve().parents[2]
 # Fixture logs pasted one after another: a log of many runs (each startup opens one).
@@ -26,9 +27,9 @@ def feed(diagnoser, events):
 
 def test_a_run_let_go_when_the_next_begins_gives_the_same_findings(ruleset, matcher):
     checks = [r for r in ruleset.rules if r.kind == "check"]
-    events = list(matcher.scan_text("pasted.log", PASTED))
+    events = list(scan_events(matcher, "pasted.log", PASTED))
     kept = feed(Diagnoser(checks, fact_names=ruleset.fact_names), events)
-    events = list(matcher.scan_text("pasted.log", PASTED))
+    events = list(scan_events(matcher, "pasted.log", PASTED))
     diagnoser = Diagnoser(checks, fact_names=ruleset.fact_names, keep_runs=False)
     ended = feed(diagnoser, events)
     assert len(kept.runs) > 5  # the paste holds many runs
@@ -46,8 +47,8 @@ def test_render_false_takes_the_event_and_returns_nothing(ruleset, matcher):
         "GPU KV cache usage: 98.5%, Prefix cache hit rate: 75.7%"
     )
     rendered, quiet = Diagnoser(fact_names=ruleset.fact_names), Diagnoser(fact_names=ruleset.fact_names)
-    assert [rendered.add(e) for e in matcher.scan_text("m.log", saturated)][-1].code == "VT303"
-    assert [quiet.add(e, render=False) for e in matcher.scan_text("m.log", saturated)] == [None, None]
+    assert [rendered.add(e) for e in scan_events(matcher, "m.log", saturated)][-1].code == "VT303"
+    assert [quiet.add(e, render=False) for e in scan_events(matcher, "m.log", saturated)] == [None, None]
     assert [f.code for f in quiet.result().findings] == ["VT303"]
 
 
@@ -100,7 +101,7 @@ def scanned(matcher, ruleset, store_block: int | None) -> ScanResult:
     for name in inputs:
         text = PASTED if name == "pasted.log" else (ROOT / "fixtures" / name).read_text(errors="replace")
         diagnoser = Diagnoser(checks, fact_names=ruleset.fact_names, keep_runs=False, sink=findings)
-        for event in matcher.scan_text(name, text):
+        for event in scan_events(matcher, name, text):
             diagnoser.add(event, render=False)
         diagnoser.result()
     return ScanResult(findings, inputs, rules=list(ruleset.rules))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from triage.diagnose.diagnoser import diagnose
 from triage.diagnose.facts import process_name
 from triage.rules.ruleset import RuleError, load_rules
+from conftest import scan_events
 
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
@@ -33,7 +34,7 @@ vLLM Version                 : 0.11.0
 
 
 def facts_of(matcher, text):
-    return diagnose(matcher.scan_text("log", text)).facts
+    return diagnose(scan_events(matcher, "log", text)).facts
 
 
 def test_engine_config_args_and_capacity_lines_give_the_run_facts(matcher):
@@ -114,7 +115,7 @@ def test_each_fact_keeps_the_line_that_gave_it_its_value(matcher):
 
 def test_a_v1_shortfall_names_the_utilization_that_fits_from_the_gpu_collect_env_names(matcher):
     # V1 fails before it prints the card's memory; collect-env above the log names an A100 40GB
-    result = diagnose(matcher.scan_text("log", (RUNS / "collect-env-then-v1-kv-shortfall-a100.log").read_text()))
+    result = diagnose(scan_events(matcher, "log", (RUNS / "collect-env-then-v1-kv-shortfall-a100.log").read_text()))
     [shortfall] = [f for f in result.findings if f.code == "VT201"]
     assert shortfall.derived["utilization_to_fit"] == 0.89  # 0.8 + (16 - 12.75) GiB / 40 GiB, rounded up
     assert shortfall.facts["total_gib"] == 40
@@ -156,7 +157,7 @@ def test_the_kv_memory_each_rank_prints_gives_the_run_its_smallest(matcher, prin
         template = V0_RANK_LINE if v0 else RANK_LINE
         lines.append(template.format(process=f"Worker_TP{rank}", pid=1190 + rank, gib=gib))
         last[rank] = gib
-    result = diagnose(matcher.scan_text("log", "\n".join(lines)))
+    result = diagnose(scan_events(matcher, "log", "\n".join(lines)))
     smallest = min(last.values())
     assert result.facts["kv_gib_available"] == smallest
     [run] = result.runs

@@ -6,6 +6,7 @@ import pytest
 
 from triage.diagnose.diagnoser import diagnose
 from triage.rules.ruleset import RuleError, load_rules
+from conftest import scan_events
 
 METRICS = (
     "(APIServer pid=731) INFO 01-09 13:{minute:02d}:00 [loggers.py:257] Engine 000: Avg prompt throughput: "
@@ -17,7 +18,7 @@ METRICS = (
 def test_saturated_metrics_lines_with_other_numbers_are_one_finding_with_a_count(matcher):
     lines = [METRICS.format(minute=i, waiting=i + 1, usage=95 + i / 10) for i in range(40)]
     lines.insert(10, METRICS.format(minute=59, waiting=0, usage=99.9))  # nobody waits: not saturated
-    findings = diagnose(matcher.scan_text("metrics.log", "".join(lines))).findings
+    findings = diagnose(scan_events(matcher, "metrics.log", "".join(lines))).findings
     [saturated] = [f for f in findings if f.code == "VT303"]
     assert (saturated.count, saturated.line, saturated.last_line) == (40, 1, 41)
     assert saturated.fields["waiting"] == 1  # the first line's numbers are the ones shown

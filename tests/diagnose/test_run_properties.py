@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from triage import pipeline
 from triage.diagnose.lifecycle import time_key
-from triage.input.records import parse_line
+from triage.input.lineparse import parse_line
 from triage.model import RunSummary
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import MARKER_PREFIX, fixture_files

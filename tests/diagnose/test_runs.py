@@ -8,6 +8,7 @@ from pathlib import Path
 from triage.diagnose.diagnoser import diagnose
 from triage.input.reader import iter_chunks
 from triage.rules.ruleset import load_rules
+from conftest import scan_events
 
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 CHECKS = [r for r in load_rules().rules if r.kind == "check"]
@@ -41,7 +42,7 @@ def test_the_markers_of_one_startup_make_one_run(matcher):
         "(EngineCore_DP0 pid=2) INFO 01-01 00:00:09 [core.py:1] Initializing a V1 LLM engine (v0.9.2) with config: model='m', max_seq_len=4096, tensor_parallel_size=1\n"
         "(EngineCore_DP1 pid=3) INFO 01-01 00:00:09 [core.py:1] Initializing a V1 LLM engine (v0.9.2) with config: model='m', max_seq_len=4096, tensor_parallel_size=1\n"
     )
-    assert len(diagnose(matcher.scan_text("x", text)).runs) == 1
+    assert len(diagnose(scan_events(matcher, "x", text)).runs) == 1
 
 
 def test_lines_before_any_startup_are_a_run_of_their_own_when_they_hold_problems(matcher):
@@ -50,7 +51,7 @@ def test_lines_before_any_startup_are_a_run_of_their_own_when_they_hold_problems
         "INFO 01-01 00:10:00 [api_server.py:1] vLLM API server version 0.9.2\n"
         "INFO 01-01 00:10:01 [model.py:1] Using max model len 8192\n"
     )
-    result = diagnose(matcher.scan_text("x", text))
+    result = diagnose(scan_events(matcher, "x", text))
     assert [f.run for f in result.findings] == [1]
     assert result.runs[0].facts == {} and result.runs[1].facts["max_model_len"] == 8192
 
@@ -65,7 +66,7 @@ def test_the_first_rank_to_fail_is_the_root_and_the_others_its_consequences(matc
 
 def test_without_timestamps_line_order_decides_the_root(matcher):
     line = "(Worker_TP{rank} pid=9{rank}) RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try lowering `max_num_seqs`.\n"
-    result = diagnose(matcher.scan_text("x", line.format(rank=3) + line.format(rank=1)))
+    result = diagnose(scan_events(matcher, "x", line.format(rank=3) + line.format(rank=1)))
     assert [(f.rank, f.root) for f in sorted(result.findings, key=lambda f: f.line)] == [("TP3", True), ("TP1", False)]
 
 

@@ -5,6 +5,7 @@ made up from silence would be wrong as well as unfounded)."""
 import pytest
 
 from triage.pipeline import ScanOptions, Text, scan
+from conftest import scan_events
 
 STATED = {"true": True, "false": False}
 
@@ -26,7 +27,7 @@ def test_every_fact_example_reads_a_yes_no_only_from_its_own_words(ruleset, matc
     set only by a pattern that captures it (another line of the rule says nothing of it)."""
     checked = 0
     for rule, text in fact_examples(ruleset):
-        for event in matcher.scan_text("example", text):
+        for event in scan_events(matcher, "example", text):
             if event.rule is not rule:
                 continue
             captured = set(next(p.fields for p in rule.patterns if p.id == event.pattern_id))

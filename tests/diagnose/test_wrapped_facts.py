@@ -22,14 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triage import pipeline
-from triage.input.records import LOGGER_PREFIXES, parse_line
-from triage.input.reader import Chunk
-from triage.match.paste_sweep import PASTE_SIZE
-from triage.match.record_facts import RECORD_ROLES, printed_words
+from triage.input.lineparse import LOGGER_PREFIXES, parse_line
+from triage.input.reader import Chunk, iter_chunks
+from triage.match.matcher import PASTE_SIZE, RECORD_ROLES
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import MARKER_PREFIX
 
-from conftest import FIXTURES
+from conftest import FIXTURES, scan_events
 
 RULES = load_rules()
 MATCHER = pipeline.make_matcher(pipeline.ScanOptions(RULES))
@@ -237,7 +236,7 @@ def test_a_fact_line_wrapped_inside_a_word_and_at_a_space_keeps_its_fields(code,
     """One seam cut a word (a terminal), another came at a space the wrap dropped (a tracker, a
     hand wrap), lines of 20 to 160 columns: the record's lines joined with a space at one seam
     and none at the other."""
-    whole = {e.rule.code: e.fields for e in MATCHER.scan_text("example", text + "\n")}
+    whole = {e.rule.code: e.fields for e in scan_events(MATCHER, "example", text + "\n")}
     anchors = [anchor for anchor, targets in MATCHER.targets.items() if any(t.rule.code == code for t in targets)]
     start = len(parse_line(text.encode()).text) and len(text) - len(parse_line(text.encode()).text)
     words = [m.start() + 2 for m in re.finditer(r"[A-Za-z]{4,}", text) if m.start() >= start]
@@ -253,7 +252,7 @@ def test_a_fact_line_wrapped_inside_a_word_and_at_a_space_keeps_its_fields(code,
                 continue  # (a wrap leaves lines of some words, up to a terminal's width)
             if not any(anchor in piece.encode() for anchor in anchors for piece in pieces):
                 continue  # (the anchor pass needs one of the rule's anchors whole on a line)
-            read = {e.rule.code: e.fields for e in MATCHER.scan_text("wrapped", "\n".join(pieces) + "\n")}
+            read = {e.rule.code: e.fields for e in scan_events(MATCHER, "wrapped", "\n".join(pieces) + "\n")}
             assert read.get(code) == whole[code], pieces
 
 
@@ -261,11 +260,17 @@ LOGGED_EXAMPLES = [(code, text) for code, text in FACT_EXAMPLES if parse_line(te
 SHORTEST, LONGEST = 20, 160  # the lines a hand wrap leaves
 
 
+def printed_words(code: str) -> set[str]:
+    """The words the rule's patterns print (a wrap may cut one: "te" / "nsor_parallel_size")."""
+    sources = [p.compiled.pattern for p in RULES.by_code(code).patterns]
+    return {word for source in sources for word in re.findall(r"[A-Za-z_]+", re.sub(r"\\.", " ", source)) if len(word) > 3}
+
+
 def seam_places(code: str, text: str) -> list[int]:
     """Where a wrap may cut the example's message: at a space (dropped), or inside a word its
     rule's patterns print (a value cut inside is a guess the joins cannot always make)."""
     start = len(text) - len(parse_line(text.encode()).text)
-    words = printed_words(MATCHER._facts_by_code[code])
+    words = printed_words(code)
     inside = {found.start() + at for word in words for found in re.finditer(re.escape(word), text)
               for at in range(2, len(word) - 1) if found.start() >= start}
     return sorted(inside | {m.start() for m in re.finditer(" ", text) if m.start() > start})
@@ -295,8 +300,8 @@ def test_a_logger_record_hand_wrapped_over_any_lines_keeps_every_field(code, tex
     """Any number of short lines, seams at dropped spaces mixed with cuts inside words: the
     record is read from its logger prefix over all its lines, whichever line holds the anchor."""
     lines = data.draw(hand_wraps(code, text))
-    whole = {e.rule.code: e.fields for e in MATCHER.scan_text("example", text + "\n")}
-    read = {e.rule.code: e.fields for e in MATCHER.scan_text("wrapped", "\n".join(lines) + "\n")}
+    whole = {e.rule.code: e.fields for e in scan_events(MATCHER, "example", text + "\n")}
+    read = {e.rule.code: e.fields for e in scan_events(MATCHER, "wrapped", "\n".join(lines) + "\n")}
     assert read.get(code) == whole[code], lines
 
 
@@ -314,7 +319,7 @@ def test_a_hand_wrapped_record_cut_before_its_last_value_reads_it_from_no_other_
     prompt, not past it: the value printed there, right below the cut, is not the record's."""
     checked = 0
     for code, text in LOGGED_EXAMPLES:
-        whole = next(e for e in MATCHER.scan_text("example", text + "\n") if e.rule.code == code)
+        whole = next(e for e in scan_events(MATCHER, "example", text + "\n") if e.rule.code == code)
         match = next(p.compiled.search(whole.record.text) for p in whole.rule.patterns if p.id == whole.pattern_id)
         values = {name: match.start(name) for name in whole.fields if name in match.groupdict()
                   and match.group(name) is not None and not isinstance(whole.fields[name], bool)}
@@ -329,7 +334,7 @@ def test_a_hand_wrapped_record_cut_before_its_last_value_reads_it_from_no_other_
         if not all(cut):
             continue
         pasted = "\n".join([*cut, FOLLOWERS[follower].format(tail=text[start:])]) + "\n"
-        for event in MATCHER.scan_text("paste.log", pasted):
+        for event in scan_events(MATCHER, "paste.log", pasted):
             if event.rule.code == code and event.record.line <= len(cut):
                 checked += 1
                 assert event.record.end_line <= len(cut), pasted
@@ -366,8 +371,24 @@ def test_a_wrapped_record_across_the_seam_of_two_pieces_keeps_its_facts(name, da
     width, style = data.draw(st.sampled_from(WIDTHS)), data.draw(st.integers(0, STYLES - 1))
     text, starts, whole = wrapped_log(name, width, style)
     seams = sorted(data.draw(st.lists(st.sampled_from(starts), min_size=1, max_size=2, unique=True)))
-    pieces, line = [], 1
-    for start, end in zip([0, *seams], [*seams, len(text)], strict=True):
-        pieces.append(Chunk(text[start:end], line))
-        line += text.count(b"\n", start, end)
-    assert record_facts_of(MATCHER.scan(name, pieces)) == whole, [text.count(b"\n", 0, seam) + 1 for seam in seams]
+    sizes = [b - a for a, b in zip([0, *seams], [*seams, len(text)], strict=True)]
+    stream = io.BufferedReader(Pieces(text, sizes), buffer_size=max(sizes))
+    read = record_facts_of(MATCHER.scan(name, iter_chunks(stream, markers=MATCHER.markers)))
+    assert read == whole, [text.count(b"\n", 0, seam) + 1 for seam in seams]
+
+
+class Pieces(io.RawIOBase):
+    """The bytes as a pipe hands them over in reads of these sizes."""
+
+    def __init__(self, data: bytes, sizes: list[int]):
+        self.data, self.sizes, self.at, self.reads = data, sizes, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = min(len(buffer), self.sizes[min(self.reads, len(self.sizes) - 1)], len(self.data) - self.at)
+        self.reads += 1
+        buffer[:size] = self.data[self.at : self.at + size]
+        self.at += size
+        return size

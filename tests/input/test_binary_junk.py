@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from triage.cli import main
 from triage.input.reader import iter_chunks, sniff_binary
-from triage.input.records import parse_line
+from triage.input.lineparse import parse_line
 from triage.pipeline import ScanOptions, Text, scan
 from triage.rules.ruletest import read_markers
+from conftest import scan_events
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = sorted(p for p in (ROOT / "fixtures").rglob("*.log") if p.stat().st_size < 200_000)
@@ -289,5 +290,5 @@ def test_a_startup_line_with_a_control_byte_inside_keeps_its_figure(matcher):
     log = read_markers((ROOT / "fixtures" / "startup-kv-too-small-v1.log").read_bytes(), "startup")[0]
     damaged_log = log.replace(b"Model loading took ", b"Model loading took\x01 ")
     assert damaged_log != log
-    weights = [e.fields for e in matcher.scan_text("startup.log", damaged_log.decode("utf-8")) if e.rule.code == "VT909"]
+    weights = [e.fields for e in scan_events(matcher, "startup.log", damaged_log.decode("utf-8")) if e.rule.code == "VT909"]
     assert weights and weights[0]["weights_gib"] == pytest.approx(14.99), weights

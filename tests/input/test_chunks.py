@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.match.matcher import Matcher
-from triage.input.reader import Chunk, iter_chunks
+from triage.input.assemble import Rows
+from triage.input.reader import InputQuiet, iter_chunks
 
 MESSAGE = (
     b"ValueError: To serve at least one request with the models's max seq len (65536), (8.00 GiB KV "
@@ -71,46 +71,77 @@ LIVE_ERROR = (
 )
 
 
-def _reads(lines, asked):
-    for number, line in enumerate(lines, 1):
-        asked.append(number)
-        yield Chunk(line.encode(), number)
+class Live(io.RawIOBase):
+    """A pipe from a running server: each piece arrives, then the pipe goes quiet (InputQuiet)
+    where `pauses` says; `asked` holds the pieces handed over so far."""
+
+    def __init__(self, pieces: list[bytes], pauses: set[int], asked: list[int]):
+        self.pieces, self.pauses, self.asked = pieces, pauses, asked
+        self.quiet = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        done = len(self.asked)
+        if done and done - 1 in self.pauses and not self.quiet and done < len(self.pieces):
+            self.quiet = True
+            raise InputQuiet()
+        self.quiet = False
+        if done == len(self.pieces):
+            return 0
+        piece = self.pieces[done]
+        self.asked.append(done + 1)
+        buffer[: len(piece)] = piece
+        return len(piece)
 
 
-def test_live_reports_a_line_that_matches_alone_before_the_next_line_arrives(ruleset):
+def live_events(matcher, lines: list[str], pauses: set[int], asked: list[int]):
+    stream = io.BufferedReader(Live([line.encode() for line in lines], pauses, asked))
+    return matcher.scan("pipe", iter_chunks(stream, markers=matcher.markers))
+
+
+def test_live_reports_a_line_that_matches_alone_before_the_next_line_arrives(matcher):
+    """A pipe gone quiet after a whole record: the record is read before the next line arrives."""
     asked: list[int] = []
     lines = ["INFO 05-01 11:29:40 [api_server.py:1] starting\n", LIVE_ERROR, "INFO 05-01 11:29:42 [x.py:1] next\n"]
-    events = Matcher(ruleset, live=True).scan("pipe", _reads(lines, asked))
+    events = live_events(matcher, lines, {0, 1, 2}, asked)
     first = next(e for e in events if e.rule.kind != "fact")
     assert (first.rule.code, first.record.line, asked) == ("VT102", 2, [1, 2])
     assert [e.rule.code for e in events if e.rule.kind != "fact"] == []  # not reported twice
 
 
-def test_live_still_joins_a_message_wrapped_over_the_next_line(ruleset):
+def test_live_still_joins_a_message_wrapped_over_the_next_line(matcher):
+    """The rows of one record arrive together (a wrapped message is one write): read joined."""
     text = LIVE_ERROR.split("] ", 1)[1]
     lines = [text[:60] + "\n", text[60:], "INFO 05-01 11:29:42 [x.py:1] next\n"]
-    asked: list[int] = []
-    events = [e for e in Matcher(ruleset, live=True).scan("pipe", _reads(lines, asked)) if e.rule.kind != "fact"]
+    events = [e for e in live_events(matcher, lines, {1, 2}, []) if e.rule.kind != "fact"]
     assert [(e.rule.code, e.record.line, e.record.end_line) for e in events] == [("VT102", 1, 2)]
 
 
-def test_without_live_the_newest_line_waits_for_the_next_chunk(ruleset):
+def test_without_a_pause_the_newest_record_waits_for_the_next_line(matcher):
     asked: list[int] = []
     lines = ["INFO 05-01 11:29:40 [api_server.py:1] starting\n", LIVE_ERROR, "INFO 05-01 11:29:42 [x.py:1] next\n"]
-    events = Matcher(ruleset).scan("pipe", _reads(lines, asked))
+    events = live_events(matcher, lines, set(), asked)
     next(e for e in events if e.rule.kind != "fact")
     assert asked == [1, 2, 3]
 
 
-def test_live_and_not_live_find_the_same_events(ruleset):
-    """Live only reports earlier; what it reports is what a scan of the whole file finds."""
+def test_a_pipe_that_pauses_between_records_finds_what_a_file_finds(matcher):
+    """Live only reports earlier; what it reports is what a scan of the whole file finds, when
+    the writer pauses between records (a server writes a record, a wrapped message, at once)."""
     data = b"".join(path.read_bytes() for path in sorted(ROOT_FIXTURES.glob("*.log")))
     lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+    encoded = "".join(lines).encode()
+    rows, offsets = Rows(encoded, len(encoded), matcher.markers), [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()))
+    starts = {index - 1 for index in range(1, len(lines)) if rows.starts_record(offsets[index])}
 
-    def events(live):
-        found = Matcher(ruleset, live=live).scan("f", _reads(lines, []))
+    def events(pauses):
+        found = live_events(matcher, lines, pauses, [])
         return sorted((e.rule.code, e.record.line, e.record.end_line, e.pattern_id, e.hosted) for e in found)
-    assert events(True) == events(False) and events(False)
+    assert events(starts) == events(set()) and events(set())
 
 
 # Lines a request-logging server interleaves: a prompt line longer than any wrapped message

@@ -4,6 +4,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from triage.diagnose.diagnoser import Diagnoser
+from conftest import scan_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,11 +18,11 @@ METRICS = (
 def test_metrics_lines_that_are_no_problem_are_not_kept(ruleset, matcher):
     diagnoser = Diagnoser([r for r in ruleset.rules if r.kind == "check"], fact_names=ruleset.fact_names)
     log = "\n".join(METRICS.format(s=i % 60, waiting=i % 7, usage=20 + i % 50) for i in range(500))
-    for event in matcher.scan_text("metrics.log", log):
+    for event in scan_events(matcher, "metrics.log", log):
         diagnoser.add(event)
     assert sum(len(run.problems) for run in diagnoser.splitter.runs) == 0
     saturated = METRICS.format(s=1, waiting=12, usage=98.5)
-    findings = [diagnoser.add(e) for e in matcher.scan_text("metrics.log", saturated)]
+    findings = [diagnoser.add(e) for e in scan_events(matcher, "metrics.log", saturated)]
     assert [f.code for f in findings if f is not None] == ["VT303"]
     assert [f.code for f in diagnoser.result().findings if f.code == "VT303"] == ["VT303"]
 
@@ -40,7 +41,7 @@ def test_rejections_are_counted_not_kept_and_give_the_same_figures(ruleset, matc
     for i in range(400):
         prompt, completion = 6000 + (i * 37) % 4000, 500 + (i * 11) % 3000
         lines.append(REJECTED.format(s=i % 60, total=prompt + completion, prompt=prompt, completion=completion))
-    events = matcher.scan_text("rejections.log", "\n".join(lines) + "\n")
+    events = scan_events(matcher, "rejections.log", "\n".join(lines) + "\n")
     checks = [r for r in ruleset.rules if r.kind == "check"]
     kept_all, folding = Diagnoser(checks), Diagnoser(checks, fact_names=ruleset.fact_names)
     for event in events:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from triage.cli import main
 from triage.input.reader import iter_chunks, open_input, sniff_binary
-from triage.input.records import parse_line
+from triage.input.lineparse import parse_line
 
 ROOT = Path(__file__).resolve().parents[2]
 ROBUST = ROOT / "fixtures" / "robust"

@@ -1,6 +1,7 @@
 import pytest
 
-from triage.input.records import decode, join_variants, parse_line, rank_of, unescape
+from triage.input.assemble import join_rows
+from triage.input.lineparse import decode, parse_line, rank_of, unescape
 
 MESSAGE = "Available KV cache memory: 9.67 GiB"
 
@@ -179,10 +180,12 @@ def test_indentation_from_tracebacks_and_issue_comments_is_dropped():
     assert parse_line(b"\t  Value error, User-specified max_model_len").text == "Value error, User-specified max_model_len"
 
 
-def test_join_variants_for_a_word_split_by_a_terminal_and_a_wrap_at_a_space():
-    assert join_variants("maximum con", "text length") == ("maximum context length", "maximum con text length")
-    assert "This model's maximum context length is" in join_variants("This model's maximum ", "context length is")
-    assert join_variants("However, you", "requested") == ("However, yourequested", "However, you requested")
+def test_rows_are_joined_with_no_blank_of_the_wraps_and_the_texts_own_blank_kept():
+    # a terminal's wrap mid-word; a viewer's indentation of every row; a wrap that came at a blank
+    assert join_rows(["maximum con", "text length"]) == ("maximum context length", [0, 11])
+    assert join_rows(["This model's maximum ", "context length is"])[0] == "This model's maximum context length is"
+    assert join_rows(["However, you", "    requested 512", "    tokens"])[0] == "However, yourequested 512tokens"
+    assert join_rows(["However, you", "     requested 512", "    tokens"])[0] == "However, you requested 512tokens"
 
 
 def test_json_log_record_keeps_its_error_fields_and_leaves_user_text_out():

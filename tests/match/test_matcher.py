@@ -16,6 +16,7 @@ from triage.input.reader import Chunk, iter_chunks
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import generate  # noqa: E402
+from conftest import scan_events  # noqa: E402
 
 ERROR = (
     "This model's maximum context length is 8192 tokens. However, your request has 9001 input "
@@ -33,9 +34,9 @@ def test_a_prompt_quoting_an_error_in_a_request_log_line_is_not_an_event(matcher
         "INFO 05-01 11:29:40 [logger.py:43] Received request chatcmpl-9f1c: prompt: '"
         + prompt.replace("'", "\\'") + "', params: SamplingParams(n=1, max_tokens=512), prompt_token_ids: [1, 2, 3]"
     )
-    assert codes(matcher.scan_text("x.log", request)) == []
+    assert codes(scan_events(matcher, "x.log", request)) == []
     real = "ERROR 05-01 11:29:41 [serving_chat.py:222] " + ERROR
-    events = matcher.scan_text("x.log", request + "\n" + real + "\n" + request)
+    events = scan_events(matcher, "x.log", request + "\n" + real + "\n" + request)
     assert [(e.rule.code, e.record.line, e.fields["prompt_tokens"]) for e in events] == [("VT102", 2, 9001)]
 
 
@@ -89,7 +90,7 @@ def test_a_message_wrapped_anywhere_in_its_middle_is_still_found(matcher, make):
         if text[cut - 1].isdigit() and text[cut].isdigit():
             continue
         log = f"{text[:cut]}\n{text[cut:]}\n"
-        if code not in codes(matcher.scan_text("wrapped.log", log)):
+        if code not in codes(scan_events(matcher, "wrapped.log", log)):
             missed.append(cut)
     assert missed == []
 
@@ -110,15 +111,15 @@ def test_ctrl_c_while_a_chunk_is_matched_still_hands_on_what_was_matched_before_
     text = "INFO 03-02 09:14:00 [api_server.py:1] starting\n" * 3 + "".join(line.format(n=n) for n in range(6))
     text += "INFO 03-02 09:15:00 [api_server.py:1] still serving\n" * 3
     matcher = Matcher(ruleset)
-    match_line, calls = matcher._match_line, []
+    read, calls = matcher._read, []
 
-    def interrupted_at_the_fourth(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
+    def interrupted_at_the_fourth(source, record, *args, **kwargs):
+        calls.append(record.text)
+        if sum("maximum context" in text for text in calls) == 4:
             raise KeyboardInterrupt
-        return match_line(*args, **kwargs)
+        return read(source, record, *args, **kwargs)
 
-    monkeypatch.setattr(matcher, "_match_line", interrupted_at_the_fourth)
+    monkeypatch.setattr(matcher, "_read", interrupted_at_the_fourth)
     found = []
     with pytest.raises(KeyboardInterrupt):
         for event in matcher.scan("server.log", [Chunk(text.encode(), 1)]):
@@ -137,5 +138,5 @@ def test_the_in_process_benchmark_splits_a_scan_into_its_parts(tmp_path, capsys)
     assert inprocess.main([str(log), "--repeat", "1"]) == 0
     printed = capsys.readouterr().out
     assert re.search(r"scan [\d.]+ s \(\d+ MiB/s\): read [\d.]+ s, pass [\d.]+ s, match [\d.]+ s, diagnose [\d.]+ s", printed)
-    candidates, events = re.search(r"([\d,]+) candidate lines, ([\d,]+) events", printed).groups()
-    assert int(candidates.replace(",", "")) > 50 and int(events.replace(",", "")) >= int(candidates.replace(",", ""))
+    records, events = (int(n.replace(",", "")) for n in re.search(r"([\d,]+) records read, ([\d,]+) events", printed).groups())
+    assert records > 50 and events > 50

@@ -21,9 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.input.records import parse_line
+from triage.input.lineparse import parse_line
 from triage.match.loose import derive_loose, loose_match, normalise
 from triage.rules.ruleset import load_rules
+from conftest import scan_events
 
 RULES = load_rules()
 PROCESS_TAG = re.compile(r"^\((?:[^()\n]{0,80}?\bpid=\d+[^()\n]{0,40})\) ")
@@ -173,7 +174,7 @@ def rivals(code: str, text: str) -> set[str]:
 
 def found(matcher, text: str, code: str, cut: bool = False) -> list[dict]:
     codes = rivals(code, text) | {code} if cut else {code}
-    return [event.fields for event in matcher.scan_text("paste.log", text) if event.rule.code in codes]
+    return [event.fields for event in scan_events(matcher, "paste.log", text) if event.rule.code in codes]
 
 
 def assert_numbers(matcher, text: str, code: str, expected: dict, by_name: bool = True) -> None:
@@ -302,17 +303,17 @@ def test_a_cut_takes_no_number_from_the_writer_after_it(matcher, code, index, ex
     head = _head_end(code, text)
     if head is None or head >= len(text):
         pytest.skip("no loose form or nothing after its head")
-    printed = [pytest.approx(v) for event in matcher.scan_text("paste.log", text) for v in _numbers(event.fields).values()]
+    printed = [pytest.approx(v) for event in scan_events(matcher, "paste.log", text) for v in _numbers(event.fields).values()]
     step = max(1, (len(text) - head) // CUT_POINTS)
     for number, cut in enumerate(range(head + index % step, len(text), step)):
         for writer in WRITERS:
             pasted = text[:cut] + CUT_MARKS[1 + number % (len(CUT_MARKS) - 1)] + writer
-            for event in matcher.scan_text("paste.log", pasted):
+            for event in scan_events(matcher, "paste.log", pasted):
                 assert all(v in printed for v in _numbers(event.fields).values()), \
                     f"{event.rule.code}: a number of the writer's read from {pasted!r}: {event.fields}"
         # no mark: a number cut there may be read as far as it goes, but none of the writer's
         pasted = text[:cut] + CJK_WRITER
-        for event in matcher.scan_text("paste.log", pasted):
+        for event in scan_events(matcher, "paste.log", pasted):
             assert all(v in printed or v not in CJK_NUMBERS for v in _numbers(event.fields).values()), \
                 f"{event.rule.code}: a number of the writer's read from {pasted!r}: {event.fields}"
 
@@ -510,8 +511,8 @@ PARAPHRASE_NAMES = [*PARAPHRASES, "head-recased", "closing-replaced", "closing-d
 
 def assert_no_other_rule(matcher, damaged: str, text: str) -> None:
     """The paraphrase makes no finding of another rule that the message as vLLM printed it does not."""
-    codes = {e.rule.code for e in matcher.scan_text("paste.log", text) if e.rule.kind == "finding"}
-    more = {e.rule.code for e in matcher.scan_text("paste.log", damaged) if e.rule.kind == "finding"} - codes
+    codes = {e.rule.code for e in scan_events(matcher, "paste.log", text) if e.rule.kind == "finding"}
+    more = {e.rule.code for e in scan_events(matcher, "paste.log", damaged) if e.rule.kind == "finding"} - codes
     assert not more, f"{sorted(more)} read from:\n{damaged}"
 
 
@@ -630,7 +631,7 @@ DECOYS = [
 
 @pytest.mark.parametrize("text", DECOYS)
 def test_prose_and_prompts_stay_silent(matcher, text):
-    events = matcher.scan_text("chat.txt", text)
+    events = scan_events(matcher, "chat.txt", text)
     assert [e for e in events if e.rule.kind == "finding"] == []
 
 
@@ -645,7 +646,7 @@ def test_a_traceback_with_only_the_raise_source_lines_names_the_message(matcher)
         "        f\"stored in KV cache ({max_seq_len}). Try increasing \"",
         '        "`gpu_memory_utilization` or decreasing `max_model_len` when "',
     ])
-    codes = [e.rule.code for e in matcher.scan_text("traceback.txt", text) if e.rule.kind == "finding"]
+    codes = [e.rule.code for e in scan_events(matcher, "traceback.txt", text) if e.rule.kind == "finding"]
     assert codes == ["VT201"]
 
 
@@ -657,7 +658,7 @@ def test_a_cut_message_takes_no_number_from_the_next_record(matcher):
         "INFO 04-02 08:00:12 [gpu_worker.py:309] In v0.19, CUDA graph memory profiling will be enabled by default",
         "WARNING 04-02 08:00:13 [api_server.py:88] a plugin says: increase --gpu-memory-utilization from 0.5 to 0.6",
     ])
-    readings = [e.fields for e in matcher.scan_text("paste.log", text) if e.rule.code == "VT206"]
+    readings = [e.fields for e in scan_events(matcher, "paste.log", text) if e.rule.code == "VT206"]
     assert readings, "the cut message is still told by its head"
     assert all("gpu_memory_utilization" not in fields for fields in readings), readings
 
@@ -695,7 +696,7 @@ def test_a_wrapped_message_cut_before_its_last_value_takes_it_from_no_other_reco
         cut = wrap(text[:start], width, index % 4)
         pasted = cut + "\n" + FOLLOWERS[follower].format(tail=text[start:])
         cut_lines = cut.count("\n") + 1
-        for event in matcher.scan_text("paste.log", pasted):
+        for event in scan_events(matcher, "paste.log", pasted):
             if event.rule.code == code and event.record.line <= cut_lines:
                 assert event.record.end_line <= cut_lines, f"{code} read on into the next line:\n{pasted}"
                 assert name not in event.fields or event.fields[name] != example.fields[name], pasted
@@ -780,7 +781,7 @@ def test_the_writers_words_after_a_head_are_no_finding(matcher, case, cjk, data,
     lead = data.draw(st.sampled_from(LEADS if cjk else LEADS[1:]))
     casing = data.draw(st.sampled_from(CASINGS))
     pasted = head.rstrip() + lead + casing(sentence) + data.draw(st.sampled_from(ENDS))
-    findings = [(e.rule.code, e.fields) for e in matcher.scan_text("chat.txt", pasted) if e.rule.kind == "finding"]
+    findings = [(e.rule.code, e.fields) for e in scan_events(matcher, "chat.txt", pasted) if e.rule.kind == "finding"]
     assert findings == [], f"the writer's words read as a message in {pasted!r}: {findings}"
 
 
@@ -881,5 +882,5 @@ def test_a_value_of_words_that_no_punctuation_closes_takes_no_words_of_the_write
      "5120。请问怎么办？", "VT105", {"max_input_tokens": 4096, "prompt_tokens": 5120}),
 ])
 def test_a_cut_message_then_the_writers_chinese_sentence_keeps_what_was_printed(matcher, text, code, fields):
-    (event,) = [e for e in matcher.scan_text("chat.txt", text) if e.rule.kind == "finding"]
+    (event,) = [e for e in scan_events(matcher, "chat.txt", text) if e.rule.kind == "finding"]
     assert event.rule.code == code and {k: event.fields.get(k) for k in fields} == fields

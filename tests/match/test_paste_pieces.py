@@ -1,8 +1,7 @@
 """A paste handed over in pieces (a pipe's reads; an in-memory text read as the 8 KiB that
-sniffing peeked, then the rest) is read as the one text it is: a message or a record wrapped
-across the seam between two pieces was swept by neither and read whole by no candidate line
-(a kubectl paste wrapped at 84 columns lost its last metrics line's KV usage). A larger input,
-or a live one, passes through as it comes, at no cost."""
+sniffing peeked, then the rest) is read as the one text it is: the reader ends its chunks
+where a record starts, so a message or a record wrapped across the seam between two pieces
+is read whole (a kubectl paste wrapped at 84 columns lost its last metrics line's KV usage)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triage.input.reader import Chunk, InputError, iter_chunks
-from triage.match.paste_sweep import PASTE_SIZE, whole_paste
+from triage.match.matcher import PASTE_SIZE
 from triage.rules.ruletest import MARKER_PREFIX
 
 from conftest import FIXTURES
@@ -53,33 +52,34 @@ def test_a_paste_in_pieces_reads_as_the_whole_text(matcher, path, sizes):
     data = text_of(path)
     whole = readings(matcher.scan("paste", [Chunk(data, 1)]))
     stream = io.BufferedReader(Pieces(data, sizes), buffer_size=max(sizes))
-    assert readings(matcher.scan("paste", iter_chunks(stream))) == whole, (path.name, sizes)
+    assert readings(matcher.scan("paste", iter_chunks(stream, markers=matcher.markers))) == whole, (path.name, sizes)
 
 
-def test_a_larger_or_live_input_passes_as_it_comes():
-    """A server's log pays nothing: its chunks are the reader's own, not copies."""
-    big = [Chunk(b"x" * 1000 + b"\n", 1), Chunk(b"y\n" * (PASTE_SIZE // 2), 2), Chunk(b"z\n", PASTE_SIZE // 2 + 2)]
-    small = [Chunk(b"a\n", 1), Chunk(b"b\n", 2)]
-    server = [Chunk(b"y\n" * (PASTE_SIZE // 2 + 1), 1), big[2]]  # a first chunk larger than a paste
-    assert all(a is b for a, b in zip(whole_paste(server, live=False), server, strict=True))
-    assert all(a is b for a, b in zip(whole_paste(small, live=True), small, strict=True))
-    assert all(a is b for a, b in zip(whole_paste(small[1:], live=False), small[1:], strict=True))  # not from line 1
-    # a paste that grows past PASTE_SIZE: its first pieces as one, then the reader's chunks
-    joined, *rest = whole_paste(big, live=False)
-    assert (bytes(joined.data), joined.first_line) == (bytes(big[0].data), 1) and rest[0] is big[1] and rest[1] is big[2]
-    [one] = whole_paste(small, live=False)
-    assert (bytes(one.data), one.first_line) == (b"a\nb\n", 1)
+class Failing(io.RawIOBase):
+    """The bytes, then an error (a bound, bad gzip data) once they are read."""
+
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.at >= len(self.data):
+            raise InputError("more than the bound")
+        size = min(len(buffer), 4096, len(self.data) - self.at)
+        buffer[:size] = self.data[self.at : self.at + size]
+        self.at += size
+        return size
 
 
-def test_what_was_read_before_the_input_failed_is_matched():
+def test_what_was_read_before_the_input_failed_is_matched(matcher):
     """A bound (the MCP server's 256 MiB, --max-bytes) or bad gzip data ends the input with an
-    error after some pieces: those are matched still, then the error goes on."""
-    def failing():
-        yield Chunk(b"a\n", 1)
-        yield Chunk(b"b\n", 2)
-        raise InputError("more than 4 bytes")
-
-    joined = whole_paste(failing(), live=False)
-    assert bytes(next(joined).data) == b"a\nb\n"
+    error after some pieces: the records read before it are matched, then the error goes on."""
+    data = text_of(FIXTURES / "startup-kv-too-small-v1.log")
+    events = []
     with pytest.raises(InputError):
-        next(joined)
+        for event in matcher.scan("cut", iter_chunks(io.BufferedReader(Failing(data)), markers=matcher.markers)):
+            events.append(event)
+    assert readings(events) == readings(matcher.scan("paste", [Chunk(data, 1)]))[: len(events)]
+    assert any(e.rule.code == "VT201" for e in events)

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triage.input.records import CONTROL_BYTES, CONTROL_STARTS, holds_byte_of
+from triage.input.lineparse import CONTROL_BYTES, CONTROL_STARTS, holds_byte_of
 from triage.match import cut
-from triage.match.lines import REWRITTEN
+from triage.match.matcher import REWRITTEN
 
 # what every cut mark holds (CUT_MARK's marks: "..", "…", "[truncated]", "(cut)")
 MARK_WORDS = re.compile("\\.\\.|\u2026|trunc|cut", re.IGNORECASE)
-# the bytes decoding rewrites (records.decode): escapes, ESC, CR, a JSON record's brace,
-# the C0 controls but tab and LF, DEL, and the C1 controls' UTF-8 lead byte
-REWRITTEN_CLASS = re.compile(rb"[\\\x1b\r\x00-\x08\x0b\x0c\x0e-\x1f\x7f{\xc2]")
+# the bytes decoding rewrites (lineparse): escapes, ESC, CR, a JSON record's brace, an HTML
+# entity's ampersand, the C0 controls but tab and LF, DEL, and the C1 controls' UTF-8 lead byte
+REWRITTEN_CLASS = re.compile(rb"[\\\x1b\r\x00-\x08\x0b\x0c\x0e-\x1f\x7f{&\xc2]")
 
 # the characters near a line's end that decide a reading: marks, brackets, closed and open
 # ends, quotes, CJK, letters and digits of either case

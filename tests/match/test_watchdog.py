@@ -14,9 +14,10 @@ import regex
 
 from triage.match import matcher as matcher_module
 from triage.match.matcher import Matcher
-from triage.input.records import parse_line
+from triage.input.lineparse import parse_line
 from triage.rules.ruleset import load_rules
 from triage.match.watchdog import Watchdog
+from conftest import scan_events
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 BACKTRACKING = re.compile(r"(?:a|aa)+$")  # exponential on a run of 'a' that does not end the text
@@ -112,7 +113,7 @@ def test_a_builtin_pattern_that_backtracks_is_cut_short_named_and_turned_off(mon
     # as if the built-in pattern backtracked: the line below makes this one do so
     monkeypatch.setattr(kv_usage.pattern, "compiled", regex.compile(r"KV cache usage: (?:a|aa)+$"))
     line = "INFO 01-09 13:51:12 [loggers.py:257] Engine 000: Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
-    events = matcher.scan_text("server.log", "\n".join(line + HOSTILE for _ in range(4)) + "\n")
+    events = scan_events(matcher, "server.log", "\n".join(line + HOSTILE for _ in range(4)) + "\n")
     assert [e.rule.code for e in events] == []
     assert matcher.warnings[0].startswith("server.log:1: rule VT911 pattern kv-cache-usage took longer than")
     assert "off for the rest of the scan" in matcher.warnings[2]
@@ -125,7 +126,7 @@ def test_a_scan_off_the_main_thread_searches_with_regex_and_finds_the_same(rules
     text = "".join(line + "\n" for line in fixture_lines())
 
     def events(matcher):
-        return [(e.rule.code, e.record.line, e.pattern_id, e.fields) for e in matcher.scan_text("all.log", text)]
+        return [(e.rule.code, e.record.line, e.pattern_id, e.fields) for e in scan_events(matcher, "all.log", text)]
 
     on_main = events(Matcher(ruleset))
     found, matcher = [], Matcher(ruleset)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from triage.rules.ruleset import load_rules
+from conftest import scan_events
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RULES = load_rules()
@@ -62,7 +63,7 @@ def request_line(case: int, text: str) -> str:
 
 
 def findings(matcher, text: str) -> list:
-    return [e for e in matcher.scan_text("terminal.txt", text) if e.rule.kind == "finding"]
+    return [e for e in scan_events(matcher, "terminal.txt", text) if e.rule.kind == "finding"]
 
 
 @pytest.mark.parametrize(("case", "code", "text"), [(i, c, t) for i, (c, _, t) in enumerate(CASES)], ids=IDS)

@@ -19,6 +19,7 @@ from triage.plan.kvcache import GIB
 from triage.match.matcher import Matcher
 from triage.plan.planner import PlanError, PlanInputs
 from triage.rules.ruleset import load_rules
+from conftest import scan_events
 
 MODELS = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 MIB = 2**20
@@ -291,7 +292,7 @@ def test_the_message_plan_predicts_is_diagnosed_with_the_same_numbers():
     """Scan the startup error the planner predicts: the diagnosis reads back the same length."""
     first = llama_on("A10G", max_model_len=131_072).scenarios[0]
     log = f"(EngineCore pid=40112) ERROR 06-02 21:07:13 [core.py:1584] ValueError: {first.startup_error}\n"
-    result = diagnose(Matcher(load_rules(())).scan_text("predicted.log", log))
+    result = diagnose(scan_events(Matcher(load_rules(())), "predicted.log", log))
     finding = next(f for f in result.findings if f.code == "VT201")
     assert finding.fields["estimated_max_model_len"] == first.max_model_len_that_fits
     assert finding.derived["fit_max_model_len"] == first.max_model_len_that_fits

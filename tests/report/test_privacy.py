@@ -12,6 +12,7 @@ from triage.report.redact import MASK, redact, redact_result, redact_value
 from triage.report import ScanResult, format_names
 from triage.rules.ruleset import load_rules
 from triage.model import Finding
+from conftest import scan_events
 
 PROMPT_WORDS = "PROMPT-zebra-umbrella-42"
 MESSAGE = (
@@ -89,7 +90,7 @@ def test_the_excerpt_is_the_matched_message_capped_in_length(tmp_path):
         "    patterns: ['GREEDY .*']\n    examples:\n      match: ['GREEDY x']\n"
     )
     matcher = Matcher(load_rules([rules]))
-    events = matcher.scan_text("x.log", f"{PROMPT_WORDS} GREEDY " + "y" * 5000)
+    events = scan_events(matcher, "x.log", f"{PROMPT_WORDS} GREEDY " + "y" * 5000)
     assert len(events) == 1
     assert events[0].excerpt.startswith("GREEDY y") and len(events[0].excerpt) == MAX_EXCERPT  # cut, with "..."
     assert events[0].excerpt.endswith("y...")
@@ -108,7 +109,7 @@ def test_a_kept_event_holds_no_text_of_its_line():
     for rule in rules.rules:
         for example in rule.examples if rule.kind == "finding" else []:
             diagnoser = Diagnoser(rules.rules)
-            for event in matcher.scan_text("server.log", f"{PROMPT_WORDS} said: {example.text.strip()}\n"):
+            for event in scan_events(matcher, "server.log", f"{PROMPT_WORDS} said: {example.text.strip()}\n"):
                 diagnoser.add(event, render=False)  # (as a scan adds them: findings are made when the run ends)
             kept += diagnoser.run.problems
     assert len({event.rule.code for event in kept}) > 20

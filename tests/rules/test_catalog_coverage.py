@@ -13,6 +13,7 @@ import yaml
 from triage.match.matcher import Matcher
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import fires
+from conftest import scan_events
 
 COVERAGE = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "catalog_coverage.yaml").read_text())
 RULES = load_rules()
@@ -25,7 +26,7 @@ def _id(entry):
 
 @pytest.mark.parametrize("entry", COVERAGE["covered"], ids=_id)
 def test_the_named_rule_fires_on_the_sample_with_the_named_pattern(entry):
-    events = [e for e in MATCHER.scan_text("catalog", entry["sample"]) if fires(e, {})]
+    events = [e for e in scan_events(MATCHER, "catalog", entry["sample"]) if fires(e, {})]
     hits = {(e.rule.code, e.pattern_id) for e in events}
     assert (entry["rule"], entry["pattern"]) in hits, f"{_id(entry)}: got {sorted(hits)}"
 

@@ -16,6 +16,8 @@ from triage.rules import cache as rulecache
 from triage.match.matcher import Matcher
 from triage.rules.ruleset import RuleError, builtin_rule_files, load_rules
 
+from conftest import scan_events
+
 RULE_FILE = """\
 stage: runtime
 rules:
@@ -75,7 +77,7 @@ def summary(ruleset):
 
 def events(ruleset, engine="re"):
     matcher = Matcher(ruleset, engine=engine)
-    found = matcher.scan_text("log", LOG_LINE + "ERROR 05-01 11:29:41 [x.py:1] ValueError: unrelated\n")
+    found = scan_events(matcher, "log", LOG_LINE + "ERROR 05-01 11:29:41 [x.py:1] ValueError: unrelated\n")
     return [(e.rule.code, e.fields, e.record.line) for e in found], matcher.anchors, matcher._closure
 
 
@@ -320,7 +322,7 @@ def test_a_warm_paste_sweep_reads_the_loose_forms_from_the_cache_and_finds_the_s
     from triage.match import loose
 
     def events():
-        return [(e.rule.code, e.record.line, e.fields) for e in Matcher(load_rules()).scan_text("paste", PASTED.decode())]
+        return [(e.rule.code, e.record.line, e.fields) for e in scan_events(Matcher(load_rules()), "paste", PASTED.decode())]
 
     first = events()
     assert ("VT201", 2) in {(code, line) for code, line, _ in first}

@@ -2,6 +2,7 @@ import pytest
 
 from triage.rules.ruleset import load_rules
 from triage.rules.ruletest import check_examples
+from conftest import scan_events
 
 RULES = load_rules()
 
@@ -16,6 +17,6 @@ def test_every_pattern_has_an_example_that_uses_it(matcher):
     for rule in RULES.rules:
         used = set()
         for example in rule.examples:
-            used.update(e.pattern_id for e in matcher.scan_text("x", example.text) if e.rule.code == rule.code)
+            used.update(e.pattern_id for e in scan_events(matcher, "x", example.text) if e.rule.code == rule.code)
         unused = [p.id for p in rule.patterns if p.id not in used and not p.hosted]
         assert not unused, f"{rule.code}: patterns without an example: {unused}"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from triage.input.reader import Chunk, InputError
+from triage.input.reader import Chunk, InputError, InputQuiet
 
 POLL_SECONDS = 0.2
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # smaller files scan in about a second: no bar
@@ -33,6 +33,7 @@ class FollowedFile(io.RawIOBase):
         super().__init__()
         self.path, self.poll_seconds = path, poll_seconds
         self.file = self._open()
+        self._said = False  # InputQuiet was raised at the file's end: the next read waits
 
     def _open(self) -> io.FileIO:
         try:
@@ -49,7 +50,11 @@ class FollowedFile(io.RawIOBase):
         while True:
             count = self.file.readinto(target)
             if count:
+                self._said = False
                 return count
+            if not self._said:  # at its end for now: the reader hands on the record it holds
+                self._said = True
+                raise InputQuiet()
             self._reopen_if_replaced()
             time.sleep(self.poll_seconds)
 
@@ -81,20 +86,27 @@ QUIET_SECONDS = 0.3  # a pipe silent this long is a stream still running, not a 
 class WaitingPipe(io.RawIOBase):
     """A pipe (stdin) that says when the input stops arriving but has not ended: a server
     still running (`vllm serve ... | vllm-triage scan`), not a finished file or paste, whose
-    bytes are all there at once. on_wait() is called before a read that would block for more
-    than `quiet` seconds, so what was held back can be printed while the stream goes on."""
+    bytes are all there at once. A read that would wait more than `quiet` seconds raises
+    InputQuiet first (the reader hands on the record it holds); the read after it calls
+    on_wait() (what was held back is printed) and waits while the stream goes on."""
 
     def __init__(self, fd: int, on_wait: Callable[[], None], quiet: float = QUIET_SECONDS):
         super().__init__()
         self.fd, self.on_wait, self.quiet = fd, on_wait, quiet
+        self._said = False  # InputQuiet was raised: the next read waits
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, target) -> int:
-        ready, _, _ = select.select([self.fd], [], [], self.quiet)
-        if not ready:
+        if self._said:
+            self._said = False
             self.on_wait()
+        else:
+            ready, _, _ = select.select([self.fd], [], [], self.quiet)
+            if not ready:
+                self._said = True
+                raise InputQuiet()
         data = os.read(self.fd, len(target))
         target[: len(data)] = data
         return len(data)

@@ -1,7 +1,10 @@
-"""Turn any input (file, stdin, gzip) into chunks of whole lines, in flat memory.
+"""Turn any input (file, stdin, gzip) into chunks of whole records, in flat memory.
 
-Nothing is decoded here: the matcher looks for anchors in raw bytes and only the
-lines it keeps are decoded (see records.py).
+A chunk ends where a record starts (assemble.py decides which rows make a record), so no
+record is ever cut by a chunk: the last record read is carried into the next chunk, until
+the row that starts the one after it arrives, the input ends, or a live input goes quiet.
+Nothing is decoded here but the rows around a chunk's end: the matcher looks for anchors in
+raw bytes and only the records it keeps are decoded.
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 
+from triage.input.assemble import RECORD_TEXT, record_start_before
+
 CHUNK_SIZE = 2 * 1024 * 1024
 MAX_LINE = 16 * 1024 * 1024  # a longer line is scanned up to here; the rest of it is skipped
+RECORD_CARRY = 4 * RECORD_TEXT  # a record open this long is handed on: the rows after it start another
 GZIP_MAGIC = b"\x1f\x8b"
 
 
 class InputError(Exception):
     """An input that cannot be read; the message is one line for the user."""
+
+
+class InputQuiet(Exception):  # noqa: N818 - not an error: a state of the input
+    """A live input has nothing more for now (a pipe from a running server): what was read
+    may be handed on as complete. The next read waits for more."""
 
 
 @dataclass(slots=True)
@@ -39,6 +50,7 @@ class Chunk:
     first_line: int  # 1-based number of the first line in data
     lines: int | None = None  # b"\n" in data[:end], set by a consumer that counted them (saves a pass)
     end: int = -1  # -1: all of data
+    offset: int = 0  # bytes of the input before data
 
     def __post_init__(self) -> None:
         if self.end < 0:
@@ -46,7 +58,7 @@ class Chunk:
 
     def copy(self) -> Chunk:
         """The chunk in bytes of its own, to keep past the next one."""
-        return Chunk(bytes(self.data[: self.end]), self.first_line, self.lines)
+        return Chunk(bytes(self.data[: self.end]), self.first_line, self.lines, offset=self.offset)
 
 
 def open_input(path: str) -> tuple[str, BinaryIO]:
@@ -105,9 +117,18 @@ def size_text(size: int) -> str:
     return f"{size // mib} MiB" if size % mib == 0 else f"{size:,} bytes"
 
 
+def peeked(stream: Any, size: int) -> bytes:
+    """stream.peek(size), waiting through a live input's quiet spells (InputQuiet)."""
+    while True:
+        try:
+            return stream.peek(size)
+        except InputQuiet:
+            continue
+
+
 def maybe_gunzip(stream: BinaryIO) -> BinaryIO:
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(io.RawIOBase, stream))
-    if buffered.peek(2)[:2] == GZIP_MAGIC:
+    if peeked(buffered, 2)[:2] == GZIP_MAGIC:
         return cast(BinaryIO, gzip.GzipFile(fileobj=buffered))
     return cast(BinaryIO, buffered)
 
@@ -140,7 +161,7 @@ def sniff_binary(stream: BinaryIO) -> str | None:
     """Why the input is not a text log (a core dump, an image, an archive, UTF-16 text), or
     None when it may be one. Looks at the first SNIFF_SIZE bytes without consuming them."""
     try:
-        head = stream.peek(SNIFF_SIZE)[:SNIFF_SIZE]  # type: ignore[attr-defined]
+        head = peeked(stream, SNIFF_SIZE)[:SNIFF_SIZE]
     except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         return f"not readable gzip data ({exc})"
     kind = binary_format(head)
@@ -261,8 +282,14 @@ def _looks_utf16(head: bytes) -> bool:
     return max(even_nuls, odd_nuls) > 0.8 * half and min(even_nuls, odd_nuls) < 0.1 * half
 
 
-def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = MAX_LINE) -> Iterator[Chunk]:
-    """Yield chunks that end at a line boundary; a longer line grows the buffer.
+def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = MAX_LINE,
+                markers: tuple[bytes, ...] = ()) -> Iterator[Chunk]:
+    """Yield chunks of whole records; a longer record or line grows the buffer.
+
+    A chunk ends at the first row of the last record it holds, whose rows may go on in the
+    bytes not read yet (markers: those of request-log lines, whose rows a terminal's wrap
+    decides). That record starts the next chunk; it is handed on alone when the input ends,
+    fails, or, live, goes quiet (InputQuiet), or once it is longer than a record can be.
 
     A line longer than max_line is cut there: its first max_line bytes end the chunk
     with a b"\n" that stands for the real one, and the rest of the line is dropped, so
@@ -274,21 +301,50 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = 
     # gzip: read1 keeps what was decoded before a truncated end; readinto would drop it
     read_into = _read_file_into if _regular_file(stream) and not isinstance(stream, gzip.GzipFile) else _read_into
     filled = 0
-    line_no = 1
+    line_no, offset = 1, 0
     dropping = False  # inside the rest of a line that was cut
+
+    def hand_on(end: int, cut_line: bool = False) -> Chunk:
+        """buffer[:end] as a chunk; its bytes leave the buffer when the next is asked for."""
+        return Chunk(buffer, line_no, end=end + cut_line, offset=offset)
+
     while True:
-        if filled == len(buffer) and filled >= max_line:
-            view.release()
-            buffer[filled:] = b"\n"  # stands for the real one; a byte more, not a copy of the line
-            view = memoryview(buffer)
-            yield Chunk(buffer, line_no, end=filled + 1)
-            line_no += 1
-            filled, dropping = 0, True
-        elif filled == len(buffer):  # one line longer than the buffer: grow it
-            view.release()
+        if filled == len(buffer):
+            line_start = buffer.rfind(b"\n", 0, filled) + 1
+            if filled - line_start >= max_line:  # the line is longer than a line may be
+                if line_start:  # the records before it first
+                    chunk = hand_on(line_start)
+                    yield chunk
+                else:
+                    view.release()
+                    buffer[filled:] = b"\n"  # stands for the real one; a byte more, not a copy of the line
+                    view = memoryview(buffer)
+                    chunk = hand_on(filled, cut_line=True)
+                    yield chunk
+                    dropping, line_start = True, filled
+                line_no += chunk.lines if chunk.lines is not None else buffer.count(b"\n", 0, chunk.end)
+                rest = filled - line_start
+                view[:rest] = view[line_start:filled]
+                offset, filled = offset + line_start, rest
+                if dropping:
+                    filled = 0
+                continue
+            view.release()  # one line or record longer than the buffer: grow it
             buffer.extend(bytes(len(buffer)))
             view = memoryview(buffer)
-        n = read_into(stream, view[filled:])
+        try:
+            n = read_into(stream, view[filled:])
+        except InputError:  # a bound or bad gzip data ends the input: what was read is matched first
+            if filled:
+                yield Chunk(bytes(view[:filled]), line_no, offset=offset)
+            raise
+        except InputQuiet:
+            if filled and buffer[filled - 1] == 0x0A:  # live, gone quiet: the last record is complete so far
+                chunk = hand_on(filled)
+                yield chunk
+                line_no += chunk.lines if chunk.lines is not None else buffer.count(b"\n", 0, filled)
+                offset, filled = offset + filled, 0
+            continue
         if n == 0:
             break
         if dropping:  # filled is 0: drop up to and including the cut line's newline
@@ -303,14 +359,20 @@ def iter_chunks(stream: BinaryIO, chunk_size: int = CHUNK_SIZE, max_line: int = 
         cut = buffer.rfind(b"\n", start, filled)  # the bytes before start hold no newline
         if cut < 0:
             continue
-        chunk = Chunk(buffer, line_no, end=cut + 1)
+        end = record_start_before(buffer, cut + 1, markers)
+        if end == 0:  # one record so far: wait for the row after it (up to a record's bounds)
+            if cut + 1 < RECORD_CARRY:
+                continue
+            end = cut + 1
+        chunk = hand_on(end)
         yield chunk
-        line_no += chunk.lines if chunk.lines is not None else buffer.count(b"\n", 0, cut + 1)
-        rest = filled - (cut + 1)
-        view[:rest] = view[cut + 1 : filled]
+        line_no += chunk.lines if chunk.lines is not None else buffer.count(b"\n", 0, end)
+        rest = filled - end
+        view[:rest] = view[end:filled]
+        offset += end
         filled = rest
     if filled:
-        yield Chunk(bytes(view[:filled]), line_no)
+        yield Chunk(bytes(view[:filled]), line_no, offset=offset)
 
 
 def _regular_file(stream: BinaryIO) -> bool:

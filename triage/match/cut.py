@@ -12,7 +12,7 @@ from triage.rules.ruleset import MATCH_TIMEOUT, LazyRegex
 
 if TYPE_CHECKING:
     from triage.match.targets import Target
-    from triage.match.window import LooseWindow
+    from triage.match.window import Window
 
 
 ASCII_RUN = LazyRegex(r"[\x00-\x7f]*", re.compile)
@@ -100,7 +100,7 @@ def without_cut_value(match: Any, groups: dict[str, str | None]) -> dict[str, st
             for name, value in groups.items()}
 
 
-def drop_cut_value(found: LooseMatch, window: LooseWindow) -> None:
+def drop_cut_value(found: LooseMatch, window: Window) -> None:
     """A value that runs up to where the line was cut (a mark follows: "limit of 4…") has lost
     its further digits: it is not read."""
     rest, _ = window.rest_of_line(found.end)
@@ -112,7 +112,7 @@ def drop_cut_value(found: LooseMatch, window: LooseWindow) -> None:
         found.value_spans = [span for _, span in kept]
 
 
-def drop_prose_values(found: LooseMatch, window: LooseWindow) -> None:
+def drop_prose_values(found: LooseMatch, window: Window) -> None:
     """A value read after a word in another script (past the head) is the writer's, not the
     message's: vLLM prints its messages in ASCII ("..., got 我用的是 2 张 A100")."""
     # a note in brackets is the writer's aside inside the message ("usage（实测）：98.6"), not its end
@@ -141,7 +141,7 @@ def before_mark(text: str) -> str:
     return text[: mark.end()] if mark else text
 
 
-def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, rest: str) -> bool:
+def cut_inside(found: LooseMatch, window: Window, pattern: LoosePattern, rest: str) -> bool:
     """The text ends inside the message: what follows the match on its line is the start of
     the message's next words or number (up to prose in another script after it, or the mark a
     viewer leaves where it cut), and no line below goes on with it."""
@@ -168,7 +168,7 @@ def cut_inside(found: LooseMatch, window: LooseWindow, pattern: LoosePattern, re
     return match is not None and not free and not tight_over_blank(match, pattern, window, found)
 
 
-def tight_over_blank(match: Any, pattern: LoosePattern, window: LooseWindow, found: LooseMatch) -> bool:
+def tight_over_blank(match: Any, pattern: LoosePattern, window: Window, found: LooseMatch) -> bool:
     """A value that takes no blank ("\\S+", "[\\w:]+", a number), read by cut_at() past the
     reading's own values, spans one in the text as read: the loose form, blanks gone, read it
     on over the writer's words."""
@@ -177,7 +177,7 @@ def tight_over_blank(match: Any, pattern: LoosePattern, window: LooseWindow, fou
                for name in pattern.tight if match.group(name) is not None)
 
 
-def writer_after(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+def writer_after(found: LooseMatch, window: Window, target: Target) -> bool:
     """What follows a reading cut short on its line is the writer's, not the rest of vLLM's
     message: with no value of the message read past its head, words in another script after
     it ("Initial free memory 为什么") or a sentence the message does not start there ("Free
@@ -213,10 +213,10 @@ def writer_after(found: LooseMatch, window: LooseWindow, target: Target) -> bool
     return match is None or tight_over_blank(match, pattern, window, found)
 
 
-def reads_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+def reads_as_printed(found: LooseMatch, window: Window, target: Target) -> bool:
     """The exact pattern reads the text as read, from the reading's start to its line's end,
     and wants more (a message cut short as vLLM printed it)."""
-    first, last = window.lines_of(found.start, found.end)
+    first, last = window.rows_of(found.start, found.end)
     text = window.original(first, last, found.start).rstrip()
     try:
         return reads_on(target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT), text)
@@ -224,7 +224,7 @@ def reads_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> 
         return False
 
 
-def cut_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bool:
+def cut_as_printed(found: LooseMatch, window: Window, target: Target) -> bool:
     """The text ends inside the message as vLLM prints it: where the loose form cannot tell a
     cut from prose written after a message (inside the clauses a pattern skips, right after a
     sentence's dot, inside words a paraphrase may replace), the exact pattern reads the text
@@ -232,7 +232,7 @@ def cut_as_printed(found: LooseMatch, window: LooseWindow, target: Target) -> bo
     mark, or, with none, at another record, a blank line or the input's end, and then not in
     a clause that takes any text (".*?": prose written after the head reads as well there).
     A question or prose in another script after where the loose form stopped is the writer's."""
-    first, last = window.lines_of(found.start, found.end)
+    first, last = window.rows_of(found.start, found.end)
     whole = window.original(first, last, found.start)
     unread = window.unread(found.end)
     read = whole[: len(whole) - len(unread)]

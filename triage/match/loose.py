@@ -54,6 +54,8 @@ _CJK = str.maketrans({"\u3002": ".", "\u3001": ",", "\uff61": ".", "\uff64": ","
                       "\u3014": "(", "\u3015": ")", "\u2026": "...",
                       "\u2013": "-", "\u2014": "-"})  # en and em dash: a hyphen
 _DROP = LazyRegex(f"[\\s{re.escape(QUOTES)}]+", re.compile)
+_DROP_CHARS = frozenset(QUOTES)
+_PUNCTUATION_SET = frozenset(".,;:!?")
 # Sentence punctuation goes unless digits (or the line's edge: a number may go on in the next
 # line, "(7" / ".5 GiB") stand on both sides: "16.00" and "131,072" keep theirs.
 _LONE_PUNCTUATION = LazyRegex(r"(?<=\D)[.,;:!?]+|[.,;:!?]+(?=\D)", re.compile)
@@ -68,6 +70,30 @@ def normalise(text: str) -> str:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", text).translate(_CJK)
     return _LONE_PUNCTUATION.sub("", _DROP.sub("", text))
+
+
+def normalise_mapped(text: str, dropped: frozenset[int] = frozenset()) -> tuple[str, list[int]]:
+    """normalise(text), and for each of its characters the offset in text it came from.
+    dropped: offsets of characters the form leaves out besides (a string's prefix letter)."""
+    chars: list[str] = []
+    origin: list[int] = []
+    drop = _DROP_CHARS
+    for index, char in enumerate(text):
+        if index in dropped:
+            continue
+        folded = char if char.isascii() else unicodedata.normalize("NFKC", char).translate(_CJK)
+        for piece in folded:
+            if piece not in drop and not piece.isspace():
+                chars.append(piece)
+                origin.append(index)
+    kept = "".join(chars)
+    if not any(char in _PUNCTUATION_SET for char in kept):
+        return kept, origin
+    lone = [False] * len(kept)
+    for match in _LONE_PUNCTUATION.finditer(kept):
+        lone[match.start() : match.end()] = [True] * (match.end() - match.start())
+    return "".join(c for c, gone in zip(kept, lone, strict=True) if not gone), \
+        [at for at, gone in zip(origin, lone, strict=True) if not gone]
 
 
 @dataclass(slots=True)

@@ -1,115 +1,88 @@
-"""Find rule matches in chunks of raw log bytes.
+"""Find rule matches in the records of chunks of raw log bytes.
 
-One anchor pass over each chunk finds candidate lines. The anchors are literal
-texts every match of a pattern holds (triage.match.anchors derives them from the
-regexes; a rule's hand-written keywords stand in where that gives nothing good),
-plus the skip markers. Only candidate lines are decoded (records.py), and only
-the patterns whose anchors the line holds are run on them (on the line alone: those
-whose anchors it holds all of). A line holding a skip
-marker (vLLM's request log, which quotes whole prompts) is never an event and is
-passed over to its end without looking at the prompt. A message wrapped over up
-to three lines is joined before matching.
+One path for every message: the anchor pass (literal texts every match of a pattern holds,
+derived from the regexes; anchors.py) finds candidate rows in a chunk's raw bytes; the
+record that holds a candidate is assembled (triage.input.assemble: its rows decided once,
+joined, then decoded, with a map back to their lines); the exact patterns whose anchors it
+holds are matched on it; and the finding rules they did not read are tried in the loose form
+(reading.py), which reads a message as people paste it. A record holding a request-log line
+(a prompt quoted whole) is passed over without being decoded.
 
-Chunks are scanned in place, in the reader's buffer: a candidate line whose
-neighbours lie in the previous or the next chunk is copied with them into a small
-buffer, so a message cut by a chunk boundary is still found, and nothing is copied
-otherwise. Lines are counted (newlines only, so `sed -n Np` finds them) as the scan
-moves, passing over the bytes of request-log lines, so no separate pass counts them.
-
-This module holds the chunk loop and the exact reading of a candidate line. The rest is in
-the modules beside it: lines (a candidate and its neighbours in the buffer), targets (what is
-tried on a line, and what is kept between lines), fields (a match's typed fields and
-excerpt), record_facts (facts read over their whole logger record), second_try and window
-(the paste-tolerant reading in the loose form), cut (where a pasted message was cut) and
-paste_sweep (a small input searched whole).
+The reader ends every chunk at a record's first row, so a record is never cut by a chunk.
+The records of the input's first PASTE_SIZE bytes are all read, not only those the anchor
+pass points at, and their text is swept in the loose form for the heads of messages whose
+every anchor a wrap or a re-quoting broke: a paste, an issue, a chat message is that small.
+Past it (a server's log) a record is swept only when it is a paste's: several rows, or no
+logger header.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field, replace
 from typing import Any
 
+from triage.input.assemble import MAX_ROW, LogRecord, Rows, assemble, record_around, request_end
+from triage.input.lineparse import holds_byte_of
 from triage.input.reader import Chunk
-from triage.input.records import LineParts
-from triage.match.anchors import (
-    anchors_for,
-    keyword_anchor,
-    may_match_cut,
-    needs_keywords,
-    strong_anchor,
-)
+from triage.match.anchors import anchors_for, keyword_anchor, may_match_cut, needs_keywords, opens_in, strong_anchor
 from triage.match.cut import MARK_STARTS, cut_end, number_cut_at, without_cut_value
 from triage.match.engines import cached_closure, make_engine, substring_closure
 from triage.match.fields import excerpt, field_reader, whole_groups
-from triage.match.lines import (
-    CONTEXT_LINES,
-    LOOSE_BACK,
-    RECORD_TEXT,
-    History,
-    Lines,
-    around,
-    end_of_first_lines,
-    joins,
-    lines_after,
-    start_of_last_lines,
-    wrapped_end,
-    wrapped_request_start,
-)
-from triage.match.paste_sweep import PASTE_SIZE, whole_paste, with_paste_sweep
-from triage.match.record_facts import RECORD_ROLES, match_records, record_targets, taken_records
-from triage.match.second_try import read_on, second_try
-from triage.match.targets import Cursor, Selection, Target
+from triage.match.loose import LooseMatch, derive_all, normalise
+from triage.match.reading import loose_cut_short, loose_readings
+from triage.match.regex_tree import seam_tolerant
+from triage.match.targets import Selection, Target
 from triage.match.watchdog import Watchdog
+from triage.match.window import Window, may_continue
+from triage.match.cut import before_mark, cut_mark
 from triage.model import Event, Record
 from triage.rules import cache as rulecache
-from triage.rules.ruleset import (
-    MATCH_TIMEOUT,
-    Rule,
-    RuleSet,
-    builtin_rule_files,
-)
+from triage.rules.ruleset import MATCH_TIMEOUT, Rule, RuleSet, builtin_rule_files
 
-# Relative line windows tried when a candidate line does not match on its own.
-WRAP_WINDOWS = ((0, 1), (0, 2), (-1, 0), (-1, 1), (-2, 0))
-FORWARD_WINDOWS = WRAP_WINDOWS[:2]
 MAX_TARGET_SETS = 4096  # cached anchor combinations (bounded: memory stays flat)
 MAX_TIMEOUTS = 3  # a pattern that times out this often is skipped for the rest of the scan
 HOSTED_STAGES = {"request"}
 EVENT_BURST = 256  # events of a chunk handed on together (bounded: a chunk of error lines)
 WATCHDOG = Watchdog(MATCH_TIMEOUT)  # bounds the stdlib re searches of built-in patterns
+PASTE_SIZE = 256 * 1024  # the input's first bytes, whose every record is read and swept
+MIN_SWEPT_ANCHOR = 6  # characters a fact's anchor keeps in the loose form, at least, to be swept for
+RECORD_ROLES = (None, "ready")  # facts the run summary keeps: read over their whole record, cut or not
+HOSTED_CONTEXT = 2  # rows around a record its hosted markers may stand on (a client's URL line)
+Found = tuple[int, int, dict[str, str | None], list[tuple[int, int]], int, int]  # span, groups, values, the text read
+Taken = tuple[str, int, int, list[tuple[int, int]]]  # an exact reading's rule, its span of the record's text, its values
+# Bytes that decoding a row removes or rewrites, which may join raw text into an anchor:
+# escapes, ANSI, CR, NUL and the other control characters, a JSON log record, an HTML entity.
+REWRITTEN = bytes([*b"\\\x1b\r{&", *range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F, 0xC2])
 
 
 class Matcher:
     def __init__(self, ruleset: RuleSet, rules: Iterable[Rule] | None = None, engine: str = "auto", live: bool = False):
-        """live: a line at the end of what was read that matches on its own is reported at
-        once, not when the next lines arrive (a pipe or --follow: the newest line may be
-        the last for a while); only a message that may go on below still waits for them."""
+        """live: kept for the callers that say so; a record is reported when its chunk is read,
+        and the reader hands a live input's last record on when the input goes quiet."""
         self.ruleset = ruleset
         self.live = live
         self.rules = list(rules if rules is not None else ruleset.rules)
         self.skip_markers = [m.encode() for m in ruleset.skip_markers]
-        self.skip_marker_texts = list(ruleset.skip_markers)
+        self.markers = tuple(self.skip_markers)
         self.hosted_markers = list(ruleset.hosted_markers)
         self.warnings: list[str] = []
         self.timeouts: dict[tuple[str, str], int] = {}  # (rule code, pattern id) -> searches cut short
         self.disabled_patterns: set[tuple[str, str]] = set()
         self.targets = self._targets()
-        self._by_pattern = {(t.rule.code, t.pattern.id): t for targets in self.targets.values() for t in targets}
-        self._facts_by_code: dict[str, list[Target]] = {}
-        for target in sorted({id(t): t for ts in self.targets.values() for t in ts}.values(),
-                             key=lambda t: (t.rule_index, t.pattern_index)):
-            if target.rule.kind == "fact" and target.rule.role in RECORD_ROLES:
-                self._facts_by_code.setdefault(target.rule.code, []).append(target)
+        unique = sorted({id(t): t for ts in self.targets.values() for t in ts}.values(), key=lambda t: (t.rule_index, t.pattern_index))
+        self._findings = [t for t in unique if t.rule.kind == "finding"]
+        self._swept_facts = self._fact_probes(unique)
         self._closure = cached_closure(self.targets, lambda: substring_closure(self.targets))
         self._targets_for: dict[frozenset[bytes], Selection] = {}
         self._watched = False  # the targets' searches use stdlib re under the watchdog
+        self._derived = False  # the loose forms of every finding pattern are known (a sweep asked)
         all_anchors = sorted(set(self.targets) | set(self.skip_markers))
         self.engine = make_engine(all_anchors, engine, self.skip_markers) if all_anchors else None
 
     def _targets(self) -> dict[bytes, list[Target]]:
-        """Anchor -> the patterns a line holding it may match."""
+        """Anchor -> the patterns a row holding it may match."""
         builtin = {str(path) for path in builtin_rule_files()}
         targets: dict[bytes, list[Target]] = {}
         for index, rule in enumerate(self.rules):
@@ -134,12 +107,25 @@ class Matcher:
                     targets.setdefault(anchor.encode(), []).append(target)
         return targets
 
+    def _fact_probes(self, targets: list[Target]) -> list[tuple[str, list[Target]]]:
+        """The anchors of the facts a run keeps, in the loose form: a wrap that cut an anchor
+        itself ("Available KV cache me" / "mory: 11.25 GiB") left no row holding it."""
+        probes: dict[str, list[Target]] = {}
+        for anchor, anchored in self.targets.items():
+            facts = [t for t in anchored if t.rule.kind == "fact" and t.rule.role in RECORD_ROLES]
+            probe = normalise(anchor.decode("utf-8", "replace")).lower() if facts else ""
+            if len(probe) >= MIN_SWEPT_ANCHOR:
+                probes.setdefault(probe, []).extend(t for t in facts if t not in probes.get(probe, []))
+        return list(probes.items())
+
     def time_phases(self, phases: Any) -> None:
-        """Time the anchor pass and the matching of candidate lines as phases "pass" and
-        "match" (a pipeline.Phases: the benchmarks). Only this matcher's two steps are
-        wrapped: a scan that is not measured pays nothing."""
-        self._candidates = phases.timing("pass", self._candidates)  # type: ignore[method-assign]
-        self._match_line = phases.timing("match", self._match_line)  # type: ignore[method-assign]
+        """Time the anchor pass (finding the next candidate, and the anchors a record holds) and
+        the reading of records as phases "pass" and "match" (a pipeline.Phases: the benchmarks;
+        "match" holds the anchors' part too). Only these steps are wrapped: a scan that is not
+        measured pays nothing."""
+        self._search = phases.timing("pass", self._search)  # type: ignore[method-assign]
+        self._targets_in = phases.timing("pass", self._targets_in)  # type: ignore[method-assign]
+        self._read = phases.timing("match", self._read)  # type: ignore[method-assign]
 
     @property
     def anchors(self) -> list[bytes]:
@@ -160,83 +146,37 @@ class Matcher:
     def _scan(self, source: str, chunks: Iterable[Chunk], watched: bool) -> Iterator[Event]:
         if watched != self._watched:  # the searches bound so far are for the other kind
             for target in {id(t): t for targets in self.targets.values() for t in targets}.values():
-                target.search = None
+                target.search = target.seam_search = None
             self._watched = watched
-        cursor = Cursor()
-        history = History()  # the last lines read, for a candidate at the start of a chunk
-        pending: list[_Pending] = []  # candidates at the end of the last chunk
-        line_no: int | None = None
-        read = 0  # bytes so far: a pipe hands a paste over in pieces of a few kilobytes
-        for chunk in whole_paste(chunks, self.live):
-            if line_no is None:
-                line_no = first = chunk.first_line
-            if pending:  # (those whose record the chunk does not end wait on)
-                pending = yield from self._scan_seam(source, pending, chunk.data, chunk.end, cursor)
-            read += chunk.end
-            paste = first == 1 and read <= PASTE_SIZE and not self.live
-            lines = yield from self._scan_chunk(source, chunk.data, chunk.end, line_no, history, pending, cursor, paste)
-            chunk.lines = lines  # the reader need not count them again
-            line_no += lines
-            history.add(chunk.data, chunk.end)
-        if pending:
-            yield from self._scan_seam(source, pending, b"", 0, cursor)
-        self.warnings.extend(cursor.warnings)
+        for chunk in chunks:
+            chunk.lines = yield from self._scan_chunk(source, chunk)  # the reader need not count them again
 
-    def scan_text(self, source: str, text: str) -> list[Event]:
-        """Scan a string (rule examples, tests)."""
-        return list(self.scan(source, [Chunk(text.encode(), 1)]))
-
-    def _scan_chunk(
-        self, source: str, data: bytes | bytearray, end: int, first_line: int, history: History,
-        pending: list[_Pending], cursor: Cursor, paste: bool = False,
-    ) -> Generator[Event, None, int]:
-        """Match the candidate lines of data[:end]; defer those at its end; return its line count.
-
-        data may be the reader's buffer, refilled after this chunk: every search stops at
-        end, and what a later chunk needs (deferred candidates, the last lines) is copied.
-        The anchor pass lists the chunk's candidates before any is matched, and the events
-        go out in bursts: matching a few hundred metrics lines back to back, and diagnosing
-        their events so, keeps that code and its data in the CPU caches (a scan of short lines
-        spent much of its time bringing them back after each line's share of the pass)."""
+    def _scan_chunk(self, source: str, chunk: Chunk) -> Generator[Event, None, int]:
+        """Read the records of chunk.data[:end]: every one in the input's first PASTE_SIZE
+        bytes, then those that hold an anchor. data may be the reader's buffer, refilled after
+        this chunk: every search stops at end. Returns the chunk's line count."""
+        data, end = chunk.data, chunk.end
         if self.engine is None:
             return data.count(b"\n", 0, end)
-        candidates, lines = self._candidates(data, end, first_line, paste)
-        if paste:  # the input so far is a paste: swept whole, piece by piece
-            candidates = with_paste_sweep(self, data, end, candidates, first_line)
-        tail_start = start_of_last_lines(data, CONTEXT_LINES, end)
-        head_end = end_of_first_lines(data, LOOSE_BACK, end) if history.tail else 0
-        records_from = end - RECORD_TEXT  # a record wrapped from here may run on into the next chunk
-        deferring = False  # from a record that runs to the chunk's end on, every candidate waits (in line order)
+        self.engine.new_chunk()
+        rows = Rows(data, end, self.markers)
+        swept_to = max(0, min(end, PASTE_SIZE - chunk.offset))
+        position, counted, line = 0, 0, chunk.first_line
         events: list[Event] = []
         try:
-            for line_start, line_end, line_no, selection in candidates:
-                if line_no <= cursor.consumed_until:
-                    if selection.records:  # (near the chunk's edges: the lines this chunk holds)
-                        taken = Lines(data, line_start, line_end, line_no, end)
-                        if not head_end <= line_start < tail_start:
-                            buffer, offset = around(data, line_start, end, history, True)
-                            taken = Lines(buffer, offset, offset + line_end - line_start, line_no)
-                        events += taken_records(self, source, taken, selection, cursor)
-                    continue
-                if not deferring and selection.records and line_start >= records_from and line_start < tail_start:
-                    deferring = Lines(data, line_start, line_end, line_no, end).runs_to_end(self.skip_marker_texts)
-                if line_start >= tail_start or deferring:  # its next lines are in the next chunk
-                    buffer, offset = around(data, line_start, end, history, bool(selection.loose or selection.records),
-                                            RECORD_TEXT if deferring else 0)
-                    reported: frozenset[str] = frozenset()
-                    if self.live:
-                        alone = self._match_alone(source, buffer, offset, line_no, cursor)
-                        reported = frozenset(event.rule.code for event in alone)
-                        events += alone
-                    pending.append(_Pending(buffer, offset, line_no, reported, selection.loose, selection.records))
-                elif line_start < head_end:
-                    # its previous lines are in earlier chunks
-                    buffer, offset = around(data, line_start, end, history, bool(selection.loose or selection.records))
-                    events += self._match_at(source, buffer, offset, line_no, cursor, loose=selection.loose,
-                                             records=selection.records)
-                elif _worth_matching(selection):
-                    events += self._match_line(source, Lines(data, line_start, line_end, line_no, end, not paste), selection,
-                                               cursor)
+            while position < end:
+                row_start = position if position < swept_to else self._search(data, position, end)
+                if row_start is None:
+                    break
+                line += data.count(b"\n", counted, row_start)
+                counted = row_start
+                stop = self._skipped(data, row_start, end)
+                if stop is None:
+                    first, first_line, stop = record_around(rows, row_start, line)
+                    record = assemble(rows, first, first_line, stop)
+                    if not record.skip:
+                        events += self._read(source, record, rows, first, stop, row_start < swept_to)
+                rows.floor = position = stop + 1
                 if len(events) >= EVENT_BURST:
                     yield from events
                     events = []
@@ -244,249 +184,307 @@ class Matcher:
             yield from events
             raise
         yield from events
-        return lines
+        return line - chunk.first_line + data.count(b"\n", counted, end)
 
-    def _candidates(
-        self, data: bytes | bytearray, end: int, first_line: int, paste: bool = False
-    ) -> tuple[list[tuple[int, int, int, Selection]], int]:
-        """The lines of data[:end] that hold an anchor, less request-log lines and the rows a
-        terminal wrapped them onto: (start, end, number, the patterns to try), and the number of
-        lines in data[:end]. paste: a row with a logger's prefix may be such a row too (the
-        prompt quoted a log line), as only in a paste from a terminal (a server's own log file
-        is not wrapped: its records are not walked back over)."""
-        self.engine.new_chunk()  # type: ignore[union-attr]
-        search, skip, position = self.engine.search, self.skip_markers, 0  # type: ignore[union-attr]
-        counted_to, line_no = 0, first_line
-        candidates = []
-        while position < end:
-            hit = search(data, position, end)
-            if hit is None:
-                break
-            hit_start, hit_end, anchor = hit
-            line_start = data.rfind(b"\n", 0, hit_start) + 1
-            line_end = data.find(b"\n", hit_end, end)
-            line_end = end if line_end < 0 else line_end
-            position = line_end + 1
-            line_no += data.count(b"\n", counted_to, line_start)
-            counted_to = line_start
-            if anchor in skip or _holds_any(data, skip, line_start, line_end):
-                # a request log line: prompt text quoting an error is not an event, nor on the
-                # lines a terminal wrapped it onto
-                record_end = wrapped_end(data, line_start, line_end, end, paste)
-                position = record_end + 1
-                if record_end == line_end < end:
-                    line_no, counted_to = line_no + 1, line_end + 1
-                continue
-            if (first := wrapped_request_start(data, line_start, line_end, end, skip, paste)) is not None:
-                # a piece of a request log line whose marker the wrap cut
-                position = max(line_end, wrapped_end(data, first, data.find(b"\n", first, end), end, paste)) + 1
-                continue
-            # the anchors are listed now: hyperscan still holds this stretch's hits
-            candidates.append((line_start, line_end, line_no, self._targets_in(data, line_start, line_end)))
-        return candidates, line_no - first_line + data.count(b"\n", counted_to, end)
+    def _search(self, data: bytes | bytearray, position: int, end: int) -> int | None:
+        """Where the next row that holds an anchor starts (None: none in data[position:end])."""
+        hit = self.engine.search(data, position, end)  # type: ignore[union-attr]
+        return None if hit is None else max(position, data.rfind(b"\n", 0, hit[0]) + 1)
 
-    def _scan_seam(
-        self, source: str, pending: list[_Pending], data: bytes | bytearray, end: int, cursor: Cursor
-    ) -> Generator[Event, None, list[_Pending]]:
-        """The deferred candidates at the end of the last chunk, with the next chunk's first lines;
-        returns those that wait on for the chunk after it (with this one's lines): their record
-        runs on to this chunk's end (a pipe's short pieces), and every one after them, in order."""
-        # (a record wrapped across the seam: as much of it as a record is read)
-        following = b"".join(lines_after(data, 0, CONTEXT_LINES, end, RECORD_TEXT if any(d.records for d in pending) else 0))
-        whole_chunk = 0 < len(following) == end  # (the next chunk's lines are all in it)
-        waiting: list[_Pending] = []
-        for deferred in pending:
-            buffer = deferred.buffer + following if deferred.buffer.endswith(b"\n") else deferred.buffer
-            if waiting or whole_chunk and deferred.records and self._record_waits(buffer, deferred):
-                waiting.append(replace(deferred, buffer=buffer))
-            elif deferred.line_no > cursor.consumed_until:
-                yield from self._match_at(source, buffer, deferred.offset, deferred.line_no, cursor, deferred.reported,
-                                          deferred.loose, deferred.records, more=bool(data))
-            elif (found := self._line_in(buffer, deferred.offset, deferred.line_no, records=deferred.records)) and \
-                    found[0].records:
-                yield from taken_records(self, source, found[1], found[0], cursor)
-        return waiting
+    def _skipped(self, data: bytes | bytearray, start: int, end: int) -> int | None:
+        """The end of the request-log line that starts at `start` (a prompt: passed over whole,
+        with the rows a terminal wrapped it onto, without decoding it); None: no such line."""
+        row_end = data.find(b"\n", start, end)
+        row_end = end if row_end < 0 else row_end
+        for marker in self.skip_markers:
+            if data.find(marker, start, row_end) >= 0:
+                return request_end(data, start, row_end, end, self.markers)
+        return None
 
-    def _record_waits(self, buffer: bytes, deferred: _Pending) -> bool:
-        """The deferred candidate's record may go on past the buffer (up to a record's size)."""
-        line_end = buffer.find(b"\n", deferred.offset)
-        if line_end < 0 or len(buffer) - deferred.offset > RECORD_TEXT:
-            return False
-        return Lines(buffer, deferred.offset, line_end, deferred.line_no).runs_to_end(self.skip_marker_texts)
+    # --- one record --------------------------------------------------------------------
 
-    def _match_at(
-        self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: Cursor,
-        reported: frozenset[str] = frozenset(), loose: list[Target] | None = None,
-        records: list[Target] | None = None, more: bool = True,
-    ) -> list[Event]:
-        """The events of a candidate line in a small buffer that holds its neighbours (a seam).
-        loose, records: the patterns chosen for its second try and the facts read over its
-        record where it was found (a paste's sweep). more: the input goes on past the buffer
-        (False: the last lines of the input)."""
-        found = self._line_in(buffer, line_start, line_no, loose or [], records or [], more)
-        if found is None:
+    def _read(self, source: str, record: LogRecord, rows: Rows, start: int, stop: int, swept: bool) -> list[Event]:
+        """The events of one record: its exact patterns, then the loose form for the finding
+        rules they did not read."""
+        selection = self._targets_in(rows.data, start, stop)
+        paste = len(record.rows) > 1 or record.head.level is None
+        findings, facts = self._swept(record) if swept or paste else ([], [])
+        if not (selection.every or findings or facts):
             return []
-        selection, lines = found
-        if not reported:
-            return self._match_line(source, lines, selection, cursor)
-        targets = [t for t in selection.every if t.rule.code not in reported]
-        if not (targets and (lines.next_may_continue() or selection.records)):
-            return []
-        # the line alone was matched already: only its continuation is new (as _match_line
-        # does after a match on the line alone)
-        text = lines.parts(0).text
-        rest = [t for t in targets if self.cut_short(t, text)]
-        events = self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS) if rest else []
-        records = [t for t in record_targets(self, selection, events) if t.rule.code not in reported]
-        if records:
-            events = match_records(self, source, lines, records, events, cursor, cursor.consumed_until)
-        self._mark_hosted(events, lines, selection)
-        cursor.mark(events)
+        alone = len(record.rows) == 1 and not holds_byte_of(rows.data[start:stop], REWRITTEN)
+        targets = _merged(selection.alone if alone and len(selection.alone) < len(selection.every) else selection.every, facts)
+        events, read = self._exact(source, record, targets)
+        loose = _merged(selection.findings, findings)
+        if loose and (paste or swept or not _read_closed(record, events)):
+            events += self._loose(source, record, loose, events, read)
+        if selection.hosted or findings:
+            self._mark_hosted(events, rows, start, stop)
+        events.sort(key=lambda event: event.record.line)
         return events
 
-    def _match_alone(self, source: str, buffer: bytes, line_start: int, line_no: int, cursor: Cursor) -> list[Event]:
-        """The events of one line on its own (live: the lines after it are not read yet)."""
-        found = self._line_in(buffer, line_start, line_no)
-        if found is None:
-            return []
-        selection, lines = found
-        parts = lines.parts(0)
-        targets = lines.alone(selection)
-        span = lines.record_span(self.skip_marker_texts) if selection.records else None
-        if span is not None and span[0] < 0:  # a piece of a record: its facts wait for its lines
-            targets = [t for t in targets if t not in selection.records]
-        events = self._match_text(source, parts, parts.text, line_no, line_no, targets, cursor)
-        self._mark_hosted(events, lines, selection)
-        cursor.mark(events)
-        return events
+    def _swept(self, record: LogRecord) -> tuple[list[Target], list[Target]]:
+        """The finding patterns whose head, and the facts whose anchor, the record holds in
+        the loose form (a message whose every anchor a wrap or a re-quoting broke)."""
+        form = normalise(record.text).lower()
+        self._derive_loose_forms()
+        findings = [t for t in self._findings if (loose := t.loose_form()) is not None and loose.probe and loose.probe in form]
+        facts = sorted({id(t): t for probe, targets in self._swept_facts if probe in form for t in targets}.values(),
+                       key=lambda t: (t.rule_index, t.pattern_index))
+        return findings, facts
 
-    def _line_in(
-        self, buffer: bytes, line_start: int, line_no: int, loose: list[Target] = (),  # type: ignore[assignment]
-        records: list[Target] = (),  # type: ignore[assignment]
-        more: bool = True,
-    ) -> tuple[Selection, Lines] | None:
-        """A candidate line in a small buffer of its own and its neighbours: the patterns it
-        may match and the lines, or None when it holds no pattern's anchor (nor `loose`).
-        more: the input goes on past the buffer."""
-        line_end = buffer.find(b"\n", line_start)
-        line_end = len(buffer) if line_end < 0 else line_end
-        selection = self._targets_in(buffer, line_start, line_end)
-        if loose:
-            selection = replace(selection, loose=[*selection.loose, *(t for t in loose if t not in selection.loose)])
-        if records:
-            selection = replace(selection, records=[*selection.records, *(t for t in records if t not in selection.records)])
-        return (selection, Lines(buffer, line_start, line_end, line_no, more=more)) if _worth_matching(selection) else None
+    def _derive_loose_forms(self) -> None:
+        """Every finding pattern's loose form, derived together (from the rule cache)."""
+        if self._derived:
+            return
+        underived = [t.pattern.compiled.pattern for t in self._findings if t.loose is False]
+        if underived:
+            derived = derive_all(underived)
+            for target in self._findings:
+                if target.loose is False:
+                    target.loose = derived[target.pattern.compiled.pattern]
+        self._derived = True
 
     def _targets_in(self, buffer: bytes | bytearray, start: int, end: int) -> Selection:
-        """The patterns whose anchors the line holds, in rule-file order."""
+        """The patterns whose anchors the record holds, in rule-file order."""
         found = frozenset(self.engine.found_in(buffer, start, end))  # type: ignore[union-attr]
         selection = self._targets_for.get(found)
         if selection is None:  # a few combinations repeat all through a log (metrics lines)
             held = {inside for anchor in found for inside in self._closure.get(anchor, (anchor,))}
             chosen = {(t.rule_index, t.pattern_index): t for anchor in held for t in self.targets.get(anchor, ())}
             every = [chosen[key] for key in sorted(chosen)]
-            # the second try is for findings: a fact's free-text value would run on over the lines
-            loose = [chosen[key] for key in sorted(chosen) if chosen[key].rule.kind == "finding"]
-            hosted = any(t.rule.stage in HOSTED_STAGES for t in loose)
-            records = [t for t in every if t.rule.kind == "fact" and t.rule.role in RECORD_ROLES]
-            selection = Selection(every, [t for t in every if t.needs <= held], hosted, loose, records)
+            findings = [t for t in every if t.rule.kind == "finding"]
+            hosted = any(t.rule.stage in HOSTED_STAGES for t in findings)
+            selection = Selection(every, [t for t in every if t.needs <= held], hosted, findings)
             if len(self._targets_for) < MAX_TARGET_SETS:
                 self._targets_for[found] = selection
         return selection
 
-    # --- one candidate line ---------------------------------------------------------
+    # --- the exact patterns --------------------------------------------------------------
 
-    def _match_line(self, source: str, lines: Lines, selection: Selection, cursor: Cursor) -> list[Event]:
-        parts = lines.parts(0)
-        consumed = cursor.consumed_until
-        events = self._match_text(source, parts, parts.text, lines.line_no, lines.line_no, lines.alone(selection), cursor,
-                                  lines.digits_at(1))
-        if events and self._read_whole(lines, parts, selection, events):
-            if selection.records:
-                read = {event.rule.code for event in events}
-                records = [target for target in selection.records if target.rule.code not in read]
-                if records:
-                    events = match_records(self, source, lines, records, events, cursor, consumed)
-        else:
-            events = self._read_around(source, lines, selection, events, cursor, consumed)
-        self._mark_hosted(events, lines, selection)
-        cursor.mark(events)
-        return events
+    def _exact(self, source: str, record: LogRecord, targets: list[Target]) -> tuple[list[Event], list[Taken]]:
+        """The rules' exact readings of the record, and where the findings among them and their
+        values are in its text. Each row is read alone, then each line a terminal's wrap cut into
+        rows, then the record's rows joined (a message a writer wrapped by hand, an exception's
+        message over its rows); the joins with each pattern's seam-tolerant form, as a wrap may
+        have replaced a blank. A join's reading stands where no row's does, or where it reads
+        more of the same message. A rule's first pattern (in file order) that reads a place wins
+        it; a fact states one value a row (a logger's record is one row vLLM printed, however it
+        was wrapped), a finding is read as often as its message is there. A fact the run keeps
+        that no pattern reads whole is read as far as the record goes (cut short)."""
+        events: list[Event] = []
+        spans: dict[str, list[tuple[int, int]]] = {}  # rule -> what its readings took of the text
+        read: list[Taken] = []  # what the findings read
+        places = self._places(record)
+        for target in targets:
+            rule, pattern = target.rule, target.pattern
+            if self.disabled_patterns and (rule.code, pattern.id) in self.disabled_patterns:
+                continue
+            taken = spans.setdefault(rule.code, [])
+
+            def timed_out(at: int, target: Target = target) -> None:
+                self.timed_out(target.rule.code, target.pattern.id, f"{source}:{record.lines(at, at)[0]}")
+
+            for start, end, groups, values, low, high in self._found(target, record, places, taken, timed_out):
+                taken.append((start, end))
+                event = self._event(source, record, target, start, end, groups, low, high)
+                if rule.kind == "finding":
+                    read.append((rule.code, start, end, values))
+                    if any(e.rule is rule and e.record.line == event.record.line and e.fields == event.fields for e in events):
+                        continue  # (the same message again on its line: a client's error quotes it twice)
+                events.append(event)
+        for target in targets:
+            if target.rule.kind == "fact" and target.rule.role in RECORD_ROLES and not spans.get(target.rule.code):
+                cut = self._cut_fact(record, target)
+                if cut is not None:
+                    spans[target.rule.code] = [cut[:2]]
+                    events.append(self._event(source, record, target, *cut))
+        return events, read
 
     @staticmethod
-    def _read_whole(lines: Lines, parts: LineParts, selection: Selection, events: list[Event]) -> bool:
-        """The exact patterns read the line whole, as a line of a server's log is (nearly every
-        candidate): it has a logger's prefix, the next line starts a record of its own, and a
-        finding read on it leaves no other rule cut short by the line's end (it ends closed).
-        Then no message goes on below it, and the second try has nothing to read beside.
-        (lines.is_whole_record(), with the candidate's parts at hand: every metrics line asks.)"""
-        if parts.level is None or lines.next_may_continue():
-            return False
-        if not selection.loose:
-            return True
-        for event in events:
-            if event.rule.kind == "finding":
-                return not cut_end(parts.text)
-        return False
+    def _places(record: LogRecord) -> list[tuple[int, int, bool]]:
+        """Where the record is read, in turn: (start, end of text, joined: with the seam-tolerant
+        form) of each row, each line wrapped over rows, and the whole record."""
+        text = record.text
+        if len(record.rows) == 1:
+            return [(0, len(text), False)]
+        bounds = record.bounds()
+        # (a row's text less the blank the join put before it: the row above's, or a line's break)
+        places = [(low + (text[low : low + 1] == " " and index > 0), high, False)
+                  for index, (low, high) in enumerate(itertools.pairwise(bounds))]
+        firsts = [*record.wraps, len(record.rows)]
+        places += [(bounds[first], bounds[after], True) for first, after in itertools.pairwise(firsts) if after - first > 1]
+        return [*places, (0, len(text), True)]
 
-    def _read_around(
-        self, source: str, lines: Lines, selection: Selection, events: list[Event], cursor: Cursor, consumed: int
-    ) -> list[Event]:
-        """The line's events when its lines around may hold more of them: a message wrapped onto
-        the next lines, one the line's end cuts short, one damaged for the exact patterns, or a
-        fact's record wrapped over lines."""
-        parts = lines.parts(0)
-        targets = selection.every
-        if not events:
-            if targets:
-                events = self._match_wrapped(source, lines, targets, cursor)
-            elif selection.loose:  # found by the paste sweep alone: the exact patterns of the next lines first
-                following = self._strict_below(lines)
-                events = self._match_wrapped(source, lines, following, cursor, FORWARD_WINDOWS, True) if following else []
-        elif lines.next_may_continue():  # one rule matched the line; another's message may go on below
-            matched = {event.rule.code for event in events}
-            rest = [t for t in targets if t.rule.code not in matched and self.cut_short(t, parts.text)]
-            if rest:
-                events += self._match_wrapped(source, lines, rest, cursor, FORWARD_WINDOWS)
-        if events:  # (a fact's free-text value would run on over the lines: findings only)
-            events = [read_on(self, source, lines, event, cursor) if event.rule.kind == "finding" else event
-                      for event in events]
-        if selection.loose:
-            events += second_try(self, source, lines, selection.loose, events, cursor)
-        records = record_targets(self, selection, events)
-        if records:
-            events = match_records(self, source, lines, records, events, cursor, consumed)
+    @staticmethod
+    def _cut_by_wrap(record: LogRecord, end: int, high: int) -> bool:
+        """A reading that ends where its row does may be cut there: a number that goes on in
+        the next row ("limit of 4" / "096"), or, inside a line a terminal's wrap cut into rows,
+        a value that does ("version 0." / "10.1.1", "model nvidia/" / "Llama-3.1-8B"): a join
+        that reads on from the same place reads it whole."""
+        text = record.text
+        if end != high or high >= len(text) or text[high].isspace() or text[end - 1].isspace():
+            return False
+        return text[end - 1].isdigit() and text[high].isdigit() or record.row_at(high) not in record.wraps
+
+    def _found(self, target: Target, record: LogRecord, places: list[tuple[int, int, bool]], taken: list[tuple[int, int]],
+               timed_out: Callable[[int], None]) -> list[Found]:
+        """The target's readings of the record's places: of those that overlap (or, of a fact,
+        start on one line vLLM logged), the first that reads the most, or reads on past where its
+        row cut the other, or (a fact) starts first. timed_out(at): a search from text[at] ran
+        too long."""
+        fact = target.rule.kind != "finding"
+        as_printed = target.rule.role not in RECORD_ROLES  # a traceback's or a process's line: joined only if no row reads it
+        found: list[Found] = []
+        for low, high, joined in places:
+            if as_printed and joined and (found or taken):
+                break
+            for reading in self._readings(target, record, low, high, joined, taken, timed_out):
+                start, end, groups, _ = reading
+                line = record.call_at(start)
+                same = [f for f in found if f[0] < end and start < f[1] or fact and record.call_at(f[0]) == line]
+                fields = sum(value is not None for value in groups.values())
+                if not same or any(fields > sum(value is not None for value in f[2].values()) or
+                                   f[0] == start and end > f[1] and self._cut_by_wrap(record, f[1], f[5]) or
+                                   fact and start < f[0] and record.call_at(f[0]) == line for f in same):  # (a line's first message)
+                    found = [f for f in found if f not in same] + [(*reading, low, high)]
+        found.sort(key=lambda reading: reading[0])
+        if fact and taken:  # a fact states one value a line: a pattern before this one read some
+            found = [f for f in found if not any(record.call_at(f[0]) == record.call_at(start) for start, _ in taken)]
+        return found
+
+    def _readings(self, target: Target, record: LogRecord, low: int, high: int, joined: bool, taken: list[tuple[int, int]],
+                  timed_out: Callable[[int], None]) -> Iterator[tuple[int, int, dict[str, str | None], list[tuple[int, int]]]]:
+        """The target's readings of the record's text[low:high], in order, none overlapping one
+        taken: their span in text, their groups as read, and their values' spans (a fact: the
+        first alone)."""
+        text = record.text
+        piece = text if low == 0 and high == len(text) else text[low:high]
+        search = (target.seam_search or self.bind_seam_search(target)) if joined else (target.search or self.bind_search(target))
+        at = 0
+        while at <= len(piece):
+            try:
+                match = search(piece, at)
+            except TimeoutError:
+                timed_out(low + at)
+                return
+            if match is None:
+                return
+            at = max(match.end(), match.start() + 1)
+            start, end = match.start() + low, match.end() + low
+            if any(start < high_ and end > low_ for low_, high_ in taken):
+                continue
+            values = [(match.start(name) + low, match.end(name) + low) for name in target.pattern.fields
+                      if match.group(name) is not None]
+            yield start, end, _groups(target, match, piece), values
+            if target.rule.kind != "finding":
+                return
+
+    def _event(self, source: str, record: LogRecord, target: Target, start: int, end: int,
+               groups: dict[str, str | None], low: int = 0, high: int | None = None) -> Event:
+        """The event of a reading at text[start:end] of the record, read in text[low:high] (its
+        line, or the record's lines): that is the text the event quotes and keeps."""
+        read_fields = target.read_fields
+        if read_fields is None:
+            read_fields = target.read_fields = field_reader(target.rule, list(groups))
+        first, last = record.lines(start, end) if len(record.rows) > 1 else (record.line, record.line)
+        head, text = record.head, record.text
+        if low or high is not None and high < len(text):
+            text, start, end = text[low:high], start - low, end - low
+        where = Record(source, first, last, text, head.level, head.time, head.process, head.rank)
+        return Event(target.rule, where, read_fields(groups), functools.partial(excerpt, text, start, end), target.pattern.id,
+                     target.pattern.hosted)
+
+    def _cut_fact(self, record: LogRecord, target: Target) -> tuple[int, int, dict[str, str | None]] | None:
+        """A fact's message cut short in the record (a paste that stops inside it, a progress
+        bar printed after it): its span and the groups it closed before the record's text
+        ends, as far as the record goes, or its first rows go (the rows after the cut are not its)."""
+        source_text = target.pattern.compiled.pattern
+        bounds = record.bounds()
+        for stop in [len(record.text), *reversed(bounds[1:-1])]:
+            text = record.text[:stop]  # (a blank after a number at the cut: it was printed whole)
+            if not text.strip() or not opens_in(source_text, text) or not may_match_cut(source_text, text):
+                continue
+            try:
+                cut = target.pattern.compiled.search(text, partial=True, timeout=MATCH_TIMEOUT)
+            except TimeoutError:
+                return None
+            if cut is None or not cut.partial:
+                continue
+            groups = {name: value if value is not None and cut.end(name) < len(text) else None
+                      for name, value in cut.groupdict().items()}
+            if any(value is not None for value in groups.values()):  # not the head alone: a fact is its values
+                return cut.start(), cut.end(), groups
+        return None
+
+    def bind_search(self, target: Target) -> Callable[..., Any]:
+        """A built-in pattern searches with stdlib re under the watchdog where it can run (the
+        main thread on POSIX): two to four times quicker on a row. Others keep regex's timeout."""
+        if self._watched and target.builtin:
+            target.search = WATCHDOG.bound(rulecache.compiled_re(target.pattern.compiled.pattern).search)
+        else:
+            target.search = functools.partial(target.pattern.compiled.search, timeout=MATCH_TIMEOUT)
+        return target.search
+
+    def bind_seam_search(self, target: Target) -> Callable[..., Any]:
+        """The search of the target's seam-tolerant form (regex_tree.SeamTolerant), for rows joined."""
+        source = seam_tolerant(target.pattern.compiled.pattern) or target.pattern.compiled.pattern
+        if self._watched and target.builtin:
+            target.seam_search = WATCHDOG.bound(rulecache.compiled_re(source).search)
+        else:
+            target.seam_search = functools.partial(rulecache.compiled_regex(source).search, timeout=MATCH_TIMEOUT)
+        return target.seam_search
+
+    # --- the loose form ------------------------------------------------------------------
+
+    def _loose(self, source: str, record: LogRecord, targets: list[Target], exact: list[Event],
+               taken: list[Taken]) -> list[Event]:
+        """The finding rules the exact patterns did not read, in the loose form of the record's
+        rows: each stretch of rows a message may run over (a row of the writer's prose in
+        another script, or one after a viewer's cut mark, starts another), none over a message
+        the exact patterns read."""
+        read = {e.rule.code for e in exact if e.rule.kind == "finding"}
+        if read and len(record.rows) == 1 and record.head.level is not None:
+            # a server's line read: only a second message the line's end cuts short (a metrics line)
+            end = cut_end(record.text)
+            if not end:
+                return []
+            cut = record.text[:end]
+            targets = [t for t in targets if t.rule.code not in read
+                       and (self.cut_short(t, cut) or not cut.isascii() and loose_cut_short(t, cut))]
+            if not targets:
+                return []
+            taken = []  # (the row's findings are another message beside this one: a metrics line is two)
+        events: list[Event] = []
+        for window, offsets in _windows(record):
+            def overlaps(found: LooseMatch, code: str, window: Window = window, offsets: list[int] = offsets) -> bool:
+                """The reading reads a message an exact reading of a finding read: it overlaps
+                that reading, of the same rule, or of another with no value where that one has
+                none (a rival wording of the message, not a second finding of it: a metrics
+                line is two)."""
+                low, high = _record_span(window, offsets, found.start, found.end)
+                values = [_record_span(window, offsets, *span) for span in found.value_spans]
+                return any(low < end and high > start and (
+                    rule == code or not any(all(b <= v_low or a >= v_high for v_low, v_high in spans) for a, b in values))
+                    for rule, start, end, spans in taken)
+
+            def timed_out(target: Target, window: Window = window) -> None:
+                self.timed_out(target.rule.code, target.pattern.id, f"{source}:{window.lines[0]}")
+
+            for found, target in loose_readings(window, targets, overlaps, timed_out):
+                first, last = window.rows_of(found.start, found.end)
+                text = window.original(first, last, found.start)
+                head = record.head
+                where = Record(source, window.lines[first], window.lines[last], text, head.level, head.time, head.process,
+                               head.rank)
+                names = list(target.pattern.fields)
+                read_fields = target.read_fields = target.read_fields or field_reader(target.rule, names)
+                fields = read_fields({name: found.fields.get(name) for name in names})
+                events.append(Event(target.rule, where, fields, excerpt(text, 0, len(text)), target.pattern.id,
+                                    target.pattern.hosted))
         return events
 
-    def targets_on(
-        self, lines: Lines, offsets: range, loose: bool = False, given: list[Target] = ()  # type: ignore[assignment]
-    ) -> list[Target]:
-        """The patterns the anchors of the lines at these offsets choose (their second-try
-        patterns when loose), with the given ones, in rule-file order; offset 0 (the candidate) is
-        the given ones' part."""
-        chosen = {(t.rule_index, t.pattern_index): t for t in given}
-        for offset in offsets:
-            bounds = lines._bounds(offset) if offset else None
-            if bounds is not None:
-                selection = self._targets_in(lines.buffer, bounds[0], bounds[1])
-                for target in selection.loose if loose else selection.every:
-                    chosen.setdefault((target.rule_index, target.pattern_index), target)
-        return [chosen[key] for key in sorted(chosen)]
-
-    def _strict_below(self, lines: Lines) -> list[Target]:
-        """The exact patterns whose anchors the next lines hold (a message wrapped onto them);
-        a lifecycle line below (an exception) is no wrapped message's rest."""
-        return [t for t in self.targets_on(lines, range(1, CONTEXT_LINES + 1)) if t.rule.role is None]
-
-    def _mark_hosted(self, events: list[Event], lines: Lines, selection: Selection) -> None:
-        if selection.hosted and any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
-            context = lines.context_text(self.skip_marker_texts)  # parsing the neighbours costs: only for request errors
-            hosted = any(marker in context for marker in self.hosted_markers)
-            for event in events:
-                event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
-
     def cut_short(self, target: Target, text: str) -> bool:
-        """The pattern matches the line's end as far as it goes: its message may continue on the next line."""
+        """The pattern matches the text's end as far as it goes: its message may be cut there."""
         if not may_match_cut(target.pattern.compiled.pattern, text):
             return False
         try:
@@ -495,110 +493,25 @@ class Matcher:
             return False
         return match is not None and match.partial and match.end() > match.start()
 
-    def _match_wrapped(
-        self, source: str, lines: Lines, targets: list[Target], cursor: Cursor, windows=WRAP_WINDOWS,
-        starting_here: bool = False,
-    ) -> list[Event]:
-        """The events of the first window (lines before, after) in which a message matches.
-        Another rule's message that goes on past that window's end (a metrics line is two
-        findings) is looked for in the wider windows that start where it does.
-        starting_here: only a message that starts on the candidate line itself counts."""
-        for index, (before, after) in enumerate(windows):
-            texts = [lines.parts(offset).text for offset in range(before, after + 1)]
-            if any(t is None for t in texts):
-                continue
-            if any(lines.parts(offset).level for offset in range(before + 1, after + 1)):
-                continue  # a line with a logger's prefix starts a record of its own: no message's rest
-            for joined, candidate in joins(texts, -before):
-                events = self._match_text(
-                    source, lines.parts(0), joined, lines.line_no + before, lines.line_no + after, targets, cursor,
-                    lines.digits_at(after + 1), candidate,
-                )
-                if starting_here:  # rstrip: the spaced join drops the line's trailing blanks
-                    events = [e for e in events if joined.find(e.excerpt[:40]) < len(texts[0].rstrip())]
-                # a window back from a line that holds a message's tail reads that message again
-                events = [e for e in events if not cursor.began(e)]
-                if events:
-                    matched = {event.rule.code for event in events}
-                    # the lines this window takes are not candidates again: the patterns their own
-                    # anchors chose are tried here ("Input length (2" / "0132) exceeds ...": the
-                    # exception's line and the context-length rule's anchor on the next)
-                    below = [t for t in self.targets_on(lines, range(1, after + 1)) if t.rule.code not in matched and t not in targets]
-                    if below:
-                        events += self._match_text(source, lines.parts(0), joined, lines.line_no + before,
-                                                   lines.line_no + after, below, cursor, lines.digits_at(after + 1),
-                                                   candidate)
-                        matched = {event.rule.code for event in events}
-                    # a lifecycle reading alone (a wrapped exception line) does not take the lines it
-                    # joined: a message there that goes on past this window is read on their turn
-                    if any(event.rule.role is None for event in events):
-                        cursor.consumed_until = max(cursor.consumed_until, lines.line_no + after)
-                    rest = [t for t in targets if t.rule.code not in matched and self.cut_short(t, joined)]
-                    wider = [(b, a) for b, a in windows[index + 1 :] if b == before and a > after]
-                    if rest and wider:  # (the wider windows' own lines may choose a rule read here already)
-                        wider_events = self._match_wrapped(source, lines, rest, cursor, wider, starting_here)
-                        events += [event for event in wider_events if event.rule.code not in matched]
-                    return events
-        return []
+    def _mark_hosted(self, events: list[Event], rows: Rows, start: int, stop: int) -> None:
+        """A request error that a hosted API sent (its markers on the record or the rows
+        around it: a client's URL line) is no vLLM server's."""
+        if not any(event.rule.stage in HOSTED_STAGES and not event.hosted for event in events):
+            return
+        data = rows.data
+        for _ in range(HOSTED_CONTEXT):
+            above = rows.before(start)
+            start = start if above is None else above
+        for _ in range(HOSTED_CONTEXT):
+            stop = stop if stop >= rows.end else rows.row_end(stop + 1)
+        context = [row for row in bytes(data[start:stop]).split(b"\n")
+                   if len(row) <= MAX_ROW and not any(marker in row for marker in self.skip_markers)]
+        text = "\n".join(rows_text.decode("utf-8", "replace") for rows_text in context)
+        hosted = any(marker in text for marker in self.hosted_markers)
+        for event in events:
+            event.hosted = event.hosted or (event.rule.stage in HOSTED_STAGES and hosted)
 
-    def _match_text(
-        self, source: str, parts: LineParts, text: str, first: int, last: int, targets: list[Target], cursor: Cursor,
-        digits_follow: Callable[[], bool] | None = None, candidate: tuple[int, int] | None = None,
-    ) -> list[Event]:
-        """At most one event per rule: its first pattern (in file order) that matches.
-        digits_follow: the next line starts with a digit. A match that ends the text on a
-        digit then read a number the wrapping cut ("limit of 4" / "096"): a wider window reads it.
-        candidate: where the candidate line's text is in the joined lines. A match that reads
-        none of it is another line's own message, not this line's wrapped one (a line damaged
-        inside, "i\x01s greater", no longer matched alone and took the message below it)."""
-        events: list[Event] = []
-        matched_rule = -1  # targets come in rule order: a rule's patterns are next to each other
-        disabled = self.disabled_patterns
-        record = None
-        for target in targets:
-            rule, pattern = target.rule, target.pattern
-            if target.rule_index == matched_rule or (disabled and (rule.code, pattern.id) in disabled):
-                continue
-            search = target.search or self.bind_search(target)
-            try:
-                match = search(text)
-            except TimeoutError:
-                self.timed_out(rule.code, pattern.id, f"{source}:{first}", cursor)
-                continue
-            if match is None:
-                continue
-            start, end = match.span()
-            if candidate is not None and not (start < candidate[1] and end > candidate[0]):
-                continue
-            if end == len(text):
-                if digits_follow is not None and text[-1:].isdigit() and digits_follow():
-                    continue
-                groups = match.groupdict()
-            else:
-                groups = whole_groups(match, text) if target.reads_ahead else match.groupdict()
-                if text[end] in MARK_STARTS and number_cut_at(text, end):
-                    groups = without_cut_value(match, groups)
-            if record is None:
-                record = Record(source, first, last, text, parts.level, parts.time, parts.process, parts.rank)
-            read_fields = target.read_fields
-            if read_fields is None:
-                read_fields = target.read_fields = field_reader(rule, list(groups))
-            fields = read_fields(groups)
-            quoted = functools.partial(excerpt, text, start, end)
-            events.append(Event(rule, record, fields, quoted, pattern.id, pattern.hosted))
-            matched_rule = target.rule_index
-        return events
-
-    def bind_search(self, target: Target) -> Callable[[str], Any]:
-        """A built-in pattern searches with stdlib re under the watchdog where it can run (the
-        main thread on POSIX): two to four times quicker on a line. Others keep regex's timeout."""
-        if self._watched and target.builtin:
-            target.search = WATCHDOG.bound(rulecache.compiled_re(target.pattern.compiled.pattern).search)
-        else:
-            target.search = functools.partial(target.pattern.compiled.search, timeout=MATCH_TIMEOUT)
-        return target.search
-
-    def timed_out(self, code: str, pattern_id: str, where: str, cursor: Cursor) -> None:
+    def timed_out(self, code: str, pattern_id: str, where: str) -> None:
         """Warn; after MAX_TIMEOUTS the pattern is off, so a backtracking rule costs seconds, not hours."""
         key = (code, pattern_id)
         self.timeouts[key] = self.timeouts.get(key, 0) + 1
@@ -606,29 +519,56 @@ class Matcher:
         if self.timeouts[key] >= MAX_TIMEOUTS:
             self.disabled_patterns.add(key)
             message += f"; it timed out {MAX_TIMEOUTS} times and is off for the rest of the scan"
-        cursor.warnings.append(message)
+        self.warnings.append(message)
 
 
-def _worth_matching(selection: Selection) -> bool:
-    return bool(selection.every or selection.loose or selection.records)
+def _merged(first: list[Target], second: list[Target]) -> list[Target]:
+    """Both lists of targets, once each, in rule-file order."""
+    if not second:
+        return first
+    chosen = {(t.rule_index, t.pattern_index): t for t in [*first, *second]}
+    return [chosen[key] for key in sorted(chosen)]
 
 
-def _holds_any(data: bytes | bytearray, markers: list[bytes], start: int, end: int) -> bool:
-    for marker in markers:
-        if data.find(marker, start, end) >= 0:
-            return True
-    return False
+def _read_closed(record: LogRecord, events: list[Event]) -> bool:
+    """The record was read whole by its exact patterns, as a row of a server's log is: a
+    finding read on it, and its text ends closed (no second message cut short after it)."""
+    return any(event.rule.kind == "finding" for event in events) and not cut_end(record.text)
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A candidate at the end of a chunk, copied with its neighbours, waiting for the next lines."""
+def _groups(target: Target, match: Any, text: str) -> dict[str, str | None]:
+    """A match's groups as read: one read ahead to where the text was cut, or one running up
+    to a viewer's cut mark (its further digits lost), is not read."""
+    if match.end() == len(text):
+        return match.groupdict()
+    groups = whole_groups(match, text) if target.reads_ahead else match.groupdict()
+    if text[match.end()] in MARK_STARTS and number_cut_at(text, match.end()):
+        groups = without_cut_value(match, groups)
+    return groups
 
-    buffer: bytes
-    offset: int
-    line_no: int
-    reported: frozenset[str]  # rules already reported for it on its own (live)
-    loose: list[Target]  # the patterns of its second try
-    records: list[Target] = field(default_factory=list)  # the facts read over its record (a paste's sweep)
+
+def _windows(record: LogRecord) -> Iterator[tuple[Window, list[int]]]:
+    """The stretches of the record's rows a message may run over, in the loose form, each with
+    where its rows start in the record's text: a row of the writer's prose in another script,
+    or a row after one a viewer cut, starts another stretch."""
+    bounds = record.bounds()
+    lines: list[int] = []
+    texts: list[str] = []
+    offsets: list[int] = []
+    for index, row in enumerate(record.rows):
+        text = record.text[bounds[index] : bounds[index + 1]]
+        cut_above = bool(texts) and cut_mark(texts[-1], len(texts[-1])) is not None
+        if texts and (cut_above or not may_continue(text)):
+            yield Window(lines, texts, ends=False), offsets
+            lines, texts, offsets = [], [], []
+        lines.append(row.line)
+        texts.append(before_mark(text))
+        offsets.append(bounds[index])
+    if texts:
+        yield Window(lines, texts), offsets
 
 
+def _record_span(window: Window, offsets: list[int], start: int, end: int) -> tuple[int, int]:
+    """The loose span start..end of the window as a span of the record's text."""
+    first, last = window.rows_of(start, end)
+    return offsets[first] + window.at(first, start), offsets[last] + window.at(last, end)

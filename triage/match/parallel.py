@@ -1,10 +1,9 @@
 """--jobs N: one file scanned by N processes, each over its own run of whole lines.
 
-The file is cut at line boundaries into N parts. Each process reads its part plus
-LEAD lines before and after it, so a message wrapped across a cut and the lines around
-a candidate are there as in one scan, and keeps the events whose first line lies in
-its own part. Line numbers are counted per part and made global once all parts are
-counted; the events then go to the diagnosis in line order, as from one scan.
+The file is cut into N parts where a record starts (triage.input.assemble), so each
+record is whole in one part, as in one scan. Line numbers are counted per part and made
+global once all parts are counted; the events then go to the diagnosis in line order, as
+from one scan.
 
 Only for a plain file on disk (a pipe or gzip cannot be cut), and only where processes
 can be forked; elsewhere the scan is the usual one.
@@ -22,15 +21,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields as dataclass_fields
 from typing import Any, BinaryIO
 
-from triage.match.lines import CONTEXT_LINES
-from triage.match.matcher import Matcher
+from triage.input.assemble import MAX_WALK, Rows
 from triage.input.reader import GZIP_MAGIC, Chunk, NotText, iter_chunks, tallied
+from triage.match.matcher import Matcher
 from triage.model import Event, Record
 
-LEAD = 2 * CONTEXT_LINES  # lines read before and after a part
 MIN_PART = 8 * 1024 * 1024  # smaller parts are not worth a process
 PART_SIZE = 32 * 1024 * 1024  # larger files are cut into more parts than processes: flat memory
-BACK_WINDOW = 64 * 1024  # how far back the lead-in is looked for (a longer line is never joined)
+BLOCK = 2 * MAX_WALK  # read around a cut to find the record that starts there
 
 _matcher: Matcher | None = None  # set before forking: the workers inherit it
 RECORD_FIELDS = [f.name for f in dataclass_fields(Record)]  # sent as a plain tuple: it pickles much faster than the dataclass
@@ -38,11 +36,8 @@ RECORD_FIELDS = [f.name for f in dataclass_fields(Record)]  # sent as a plain tu
 
 @dataclass(slots=True)
 class _Part:
-    start: int  # first byte of the part (a line start)
-    stop: int  # first byte after it (a line start, or the file size)
-    read_from: int  # where its process starts reading (LEAD lines before start)
-    read_to: int  # where it stops reading (LEAD lines after stop)
-    lead_lines: int  # newlines in [read_from, start)
+    start: int  # first byte of the part (a record's first row)
+    stop: int  # first byte after it (a record's first row, or the file size)
 
 
 @dataclass(slots=True)
@@ -75,7 +70,7 @@ def scan_split(matcher: Matcher, path: str, jobs: int, junk: NotText | None = No
     events wait in memory for the diagnosis, which takes them in order meanwhile. junk: where
     the lines that are not text are counted, each by the part that owns it."""
     global _matcher
-    parts = _parts(path, jobs)
+    parts = _parts(path, jobs, matcher.markers)
     junk = junk if junk is not None else NotText()
     if len(parts) < 2:
         with open(path, "rb") as handle:
@@ -83,7 +78,7 @@ def scan_split(matcher: Matcher, path: str, jobs: int, junk: NotText | None = No
         return
     _matcher = matcher  # the processes forked below inherit it
     by_rule = dict(enumerate(matcher.rules))
-    first_line, consumed = 1, 0
+    first_line = 1
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         waiting: deque = deque()
         for index in range(len(parts)):
@@ -91,21 +86,16 @@ def scan_split(matcher: Matcher, path: str, jobs: int, junk: NotText | None = No
             if len(waiting) <= jobs and index < len(parts) - 1:
                 continue
             while waiting and (len(waiting) > jobs or index == len(parts) - 1):
-                part, pending = waiting.popleft()
+                _, pending = waiting.popleft()
                 result = pending.get()
                 matcher.warnings.extend(result.warnings)
                 junk.lines += result.not_text[0]
                 junk.junk_bytes += result.not_text[1]
-                shift = first_line - 1 - part.lead_lines
-                used = consumed
+                shift = first_line - 1
                 for rule_index, (_, line, end_line, *rest), fields, excerpt, pattern_id, hosted in result.events:
-                    line, end_line = line + shift, end_line + shift
-                    if line <= consumed:  # a message wrapped from the part before already used this line
-                        continue
-                    used = max(used, end_line)
-                    yield Event(by_rule[rule_index], Record(path, line, end_line, *rest), fields, excerpt, pattern_id, hosted)
+                    yield Event(by_rule[rule_index], Record(path, line + shift, end_line + shift, *rest), fields, excerpt,
+                                pattern_id, hosted)
                 first_line += result.lines
-                consumed = used
     _matcher = None
 
 
@@ -113,96 +103,52 @@ def _scan_part(path: str, part: _Part) -> _Found:
     matcher = _matcher
     assert matcher is not None
     index_of = {id(rule): index for index, rule in enumerate(matcher.rules)}
-    line_counts: list[int] = []
     junk = NotText(started=part.start > 0)  # only the file's own start may be a copytruncate hole
-    own_start, own_stop = part.start - part.read_from, part.stop - part.read_from
-    read = 0  # bytes of the stream before the chunk
+    lines = 0
 
     def chunks(stream: BinaryIO) -> Iterator[Chunk]:
-        nonlocal read
-        for chunk in iter_chunks(stream):
-            # the part's own lines only: the lines around it are the neighbours' (both ends are line starts)
-            start, stop = max(own_start - read, 0), min(own_stop - read, chunk.end)
-            if start < stop:
-                junk.add(chunk.data, start, stop)
-            read += chunk.end
+        nonlocal lines
+        for chunk in tallied(iter_chunks(stream, markers=matcher.markers), junk):
+            chunk.offset += part.start
             yield chunk  # the matcher is done with it when it asks for the next: count before the reader refills
-            line_counts.append(chunk.lines if chunk.lines is not None else chunk.data.count(b"\n", 0, chunk.end))
+            lines += chunk.lines if chunk.lines is not None else chunk.data.count(b"\n", 0, chunk.end)
 
-    own_first = part.lead_lines + 1
     warned = len(matcher.warnings)
     events = []
     with open(path, "rb") as handle:
-        handle.seek(part.read_from)
-        stream = io.BufferedReader(_Range(handle, part.read_to - part.read_from))
+        handle.seek(part.start)
+        stream = io.BufferedReader(_Range(handle, part.stop - part.start))
         for event in matcher.scan(path, chunks(stream)):
-            record = event.record
-            if record.line < own_first:
-                continue
-            fields = tuple(getattr(record, name) for name in RECORD_FIELDS)
+            fields = tuple(getattr(event.record, name) for name in RECORD_FIELDS)
             events.append((index_of[id(event.rule)], fields, event.fields, event.excerpt, event.pattern_id, event.hosted))
-    total = sum(line_counts)
-    with open(path, "rb") as handle:
-        handle.seek(part.stop)
-        tail_lines = handle.read(part.read_to - part.stop).count(b"\n")
-    own_lines = total - part.lead_lines - tail_lines
-    last = part.lead_lines + own_lines
-    if part.read_to > part.stop:  # lines past the part, read for context: the next part's (the last part
-        events = [e for e in events if e[1][1] <= last]  # has none, and its last line may lack a newline)
-    return _Found(events, own_lines, matcher.warnings[warned:], (junk.lines, junk.junk_bytes))
+    return _Found(events, lines, matcher.warnings[warned:], (junk.lines, junk.junk_bytes))
 
 
-def _parts(path: str, jobs: int) -> list[_Part]:
+def _parts(path: str, jobs: int, markers: tuple[bytes, ...] = ()) -> list[_Part]:
     size = os.path.getsize(path)
     count = max(1, min(jobs, size // MIN_PART), -(-size // PART_SIZE))
     with open(path, "rb") as handle:
-        cuts = sorted({0, size, *(_next_line_start(handle, size * i // count, size) for i in range(1, count))})
-        parts = []
-        for start, stop in itertools.pairwise(cuts):
-            read_from, lead_lines = _lines_before(handle, start, LEAD)
-            parts.append(_Part(start, stop, read_from, _lines_after(handle, stop, LEAD, size), lead_lines))
-    return parts
+        cuts = sorted({0, size, *(_record_start(handle, size * i // count, size, markers) for i in range(1, count))})
+    return [_Part(start, stop) for start, stop in itertools.pairwise(cuts)]
 
 
-def _next_line_start(handle: BinaryIO, offset: int, size: int) -> int:
-    handle.seek(offset)
-    while offset < size:
-        block = handle.read(BACK_WINDOW)
-        if not block:
-            return size
-        at = block.find(b"\n")
-        if at >= 0:
-            return offset + at + 1
-        offset += len(block)
-    return size
-
-
-def _lines_before(handle: BinaryIO, start: int, count: int) -> tuple[int, int]:
-    """Where the `count` lines before `start` begin (within BACK_WINDOW), and how many there are."""
-    if start == 0:
-        return 0, 0
-    begin = max(0, start - BACK_WINDOW)
-    handle.seek(begin)
-    block = handle.read(start - begin)
-    at, found = len(block) - 1, 0  # block ends with the newline of the line before start
-    while found < count:
-        cut = block.rfind(b"\n", 0, at)
-        if cut < 0:
-            if begin == 0:
-                return 0, found + 1  # the line that starts the file
-            return begin + at + 1, found  # a longer line: never part of a wrapped message
-        at, found = cut, found + 1
-    return begin + at + 1, found
-
-
-def _lines_after(handle: BinaryIO, stop: int, count: int, size: int) -> int:
-    """Just past the `count` lines after `stop` (within BACK_WINDOW each)."""
-    end = stop
-    for _ in range(count):
-        if end >= size:
-            return size
-        end = _next_line_start(handle, end, size)
-    return end
+def _record_start(handle: BinaryIO, offset: int, size: int, markers: tuple[bytes, ...]) -> int:
+    """The first row at or after offset that starts a record (the rows above it considered);
+    past BLOCK bytes of one record, the first row there."""
+    handle.seek(max(0, offset - BLOCK))
+    block = handle.read(2 * BLOCK)
+    base = max(0, offset - BLOCK)
+    rows = Rows(block, len(block), markers)
+    at = block.find(b"\n", offset - base)
+    first = None if at < 0 else at + 1
+    while first is not None and first < len(block):
+        end = block.find(b"\n", first)
+        if end < 0:
+            break
+        if rows.starts_record(first, end):
+            return base + first
+        first = end + 1
+    return min(size, base + (block.find(b"\n", offset - base) + 1 if b"\n" in block[offset - base :] else len(block)))
 
 
 class _Range(io.RawIOBase):

@@ -51,14 +51,14 @@ class Watchdog:
             signal.signal(signal.SIGALRM, self._previous)
             self.running = False
 
-    def bound(self, search: Callable[[str], Any]) -> Callable[[str], Any]:
+    def bound(self, search: Callable[..., Any]) -> Callable[..., Any]:
         """search, stopped with TimeoutError once it has run `limit` seconds (while armed)."""
 
-        def watched(text: str) -> Any:
+        def watched(text: str, *where: int) -> Any:
             self.started += 1
             self.running = True
             try:
-                return search(text)
+                return search(text, *where)
             finally:
                 self.running = False
 

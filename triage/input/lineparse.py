@@ -1,4 +1,4 @@
-"""From a raw physical line to the message vLLM wrote, and what the prefixes say.
+"""From a raw physical row to the message vLLM wrote, and what its prefixes say.
 
 Handles the prefixes of every vLLM era, process and rank tags, container and
 journald prefixes, ANSI colour, CR, JSON log lines, and error bodies whose quotes
@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from triage.input.textmap import Mapped, replace_all, substitute
 
 # (bytes that are not UTF-8 inside a colour code, decoded to U+FFFD, go with it: they are no text)
 ANSI = re.compile(r"\x1b\ufffd*\[[0-9;?\ufffd]*[A-Za-z]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
@@ -107,7 +109,7 @@ ESCAPES = (
 
 @dataclass(slots=True)
 class LineParts:
-    """A physical line split into the message and what its prefixes said."""
+    """A physical line read on its own: the message and what its prefixes said."""
 
     text: str
     level: str | None = None
@@ -116,13 +118,35 @@ class LineParts:
     rank: str | None = None
 
 
+@dataclass(slots=True)
+class RowHead:
+    """A physical row cleaned (clean_row) and where its message starts after its prefixes.
+    A JSON log record's row holds its message (already decoded by the JSON parser) instead."""
+
+    text: str
+    body: int = 0  # where the message starts in text
+    level: str | None = None
+    time: str | None = None
+    process: str | None = None
+    rank: str | None = None
+    json: bool = False  # text is a JSON log record's message and error fields
+    indent: int = 0  # blanks before the message that reading the prefixes took off (a row's indentation)
+    header_at: int = 0  # where vLLM's own prefixes (a process tag, the logger's header) start, after a collector's
+
+    @property
+    def message(self) -> str:
+        return self.text[self.body :]
+
+
 def holds_byte_of(raw: bytes | bytearray, byte_set: bytes) -> bool:
     """Whether raw holds any of these bytes: deleting them with translate is several times
     quicker than a regex class or str.isprintable over a line (every candidate asks)."""
     return len(raw.translate(None, byte_set)) != len(raw)
 
 
-def decode(raw: bytes | bytearray) -> str:
+def clean_row(raw: bytes | bytearray) -> str:
+    """A row's bytes as text: control bytes a process wrote and ANSI colour dropped, carriage
+    returns (a redrawn progress bar) read as blanks."""
     text = raw.decode("utf-8", errors="replace")
     if holds_byte_of(raw, CONTROL_STARTS) and CONTROL_BYTES.search(raw):  # (a tab, CR or ESC gets here too)
         # dropped from the bytes, so a character they split is whole again ("\xe6\x00\x88\x91"),
@@ -136,31 +160,51 @@ def decode(raw: bytes | bytearray) -> str:
     return text
 
 
-def parse_line(raw: bytes | bytearray) -> LineParts:
-    """Split one physical line into its prefixes and the message."""
-    text = decode(raw)
-    parts = LineParts(text)
-    _strip_prefixes(parts)
-    if parts.level is None and "\ufffd" in text[:PREFIX_SPAN]:
+decode = clean_row  # (the name the binary-junk tests know it by)
+
+
+def read_head(raw: bytes | bytearray) -> RowHead:
+    """A row's prefixes: collector, process tag, logger; and where its message starts."""
+    text = clean_row(raw)
+    head = RowHead(text)
+    _strip_prefixes(head)
+    if head.level is None and "\ufffd" in text[:PREFIX_SPAN]:
         # bytes that are not UTF-8 inside a logger's prefix ("IN\xe4FO"): still a record of its
         # own, not the rest of the message above it
-        mended = LineParts(text[:PREFIX_SPAN].replace("\ufffd", "") + text[PREFIX_SPAN:])
+        mended = RowHead(text[:PREFIX_SPAN].replace("\ufffd", "") + text[PREFIX_SPAN:])
         _strip_prefixes(mended)
         if mended.level is not None:  # its message as it was, from where the prefixes end
-            prefixes = len(text) - text[:PREFIX_SPAN].count("\ufffd") - len(mended.text)
-            mended.text = text[_past_characters(text, prefixes) :]
-            parts = mended
-    if parts.text.startswith("{"):
-        _unwrap_json_log(parts)
-    if "\\" in parts.text:
-        parts.text = unescape(parts.text)
-    if "&" in parts.text and ";" in parts.text:
-        parts.text = unescape_html(parts.text)
-    if "’" in parts.text:
-        parts.text = parts.text.replace("’", "'")
-    if "repeated" in parts.text:
-        parts.text = RAY_REPEAT.sub("", parts.text)
-    return parts
+            prefixes = len(mended.text) - len(mended.message)
+            mended.text, mended.body = text, _past_characters(text, prefixes)
+            head = mended
+    if text.startswith("{", head.body):
+        _unwrap_json_log(head)
+    return head
+
+
+def decode_message(text: str) -> Mapped:
+    """A message as its writer meant it: the escaping a JSON encoder, a Python repr or a web
+    page put on it undone, a viewer's curly apostrophe straightened, Ray's de-duplication note
+    dropped. Run on a record's rows once they are joined, so that an escape or an entity a
+    wrap cut in two ("&#" / "39;") is read whole."""
+    mapped = Mapped(text)
+    if "\\" in text:
+        mapped = unescape_mapped(mapped)
+    if "&" in mapped.text and ";" in mapped.text:
+        mapped = mapped.then(substitute(mapped.text, HTML_ENTITY, _html_character))
+    if "’" in mapped.text:
+        mapped = Mapped(mapped.text.replace("’", "'"), mapped.origin)
+    if "repeated" in mapped.text:
+        repeat = RAY_REPEAT.search(mapped.text)
+        if repeat is not None:
+            mapped = Mapped(mapped.text[: repeat.start()], None if mapped.origin is None else mapped.origin[: repeat.start()])
+    return mapped
+
+
+def parse_line(raw: bytes | bytearray) -> LineParts:
+    """One physical line read on its own (a record of one row): its message and prefixes."""
+    head = read_head(raw)
+    return LineParts(decode_message(head.message).text, head.level, head.time, head.process, head.rank)
 
 
 def _past_characters(text: str, count: int) -> int:
@@ -173,43 +217,51 @@ def _past_characters(text: str, count: int) -> int:
     return len(text)
 
 
-def _strip_prefixes(parts: LineParts) -> None:
-    text = parts.text.lstrip(" \t")
-    match = VLLM_PREFIX.match(text)
+def _strip_prefixes(head: RowHead) -> None:
+    text = head.text
+    at = len(text) - len(text[head.body :].lstrip(" \t"))
+    head.indent = at - head.body
+    match = VLLM_PREFIX.match(text, at)
     if match:
-        _note(parts, match.groupdict())
-        parts.text = text[match.end() :]
+        _note(head, match.groupdict())
+        head.body, head.indent, head.header_at = match.end(), 0, at
         return
     layer = 0
-    while layer < len(LAYERS) and text:
-        match = _first_match(LAYERS[layer], text)
+    while layer < len(LAYERS) and at < len(text):
+        match = _first_match(LAYERS[layer], text, at)
         if match is None:
             layer += 1
             continue
-        _note(parts, match.groupdict())
-        text = text[match.end() :].lstrip(" \t") if layer == 0 else text[match.end() :]
+        _note(head, match.groupdict())
+        if layer == 0:
+            head.header_at = len(text) - len(text[match.end() :].lstrip(" \t"))
+        at = match.end()
+        head.indent = 0
+        if layer == 0:
+            at = len(text) - len(text[at:].lstrip(" \t"))
+            head.indent = at - match.end()
         if layer == len(LAYERS) - 1:
             break  # the logger's prefix is the last one: the message starts here
-    parts.text = text
+    head.body = at
 
 
-def _first_match(prefixes: list[re.Pattern], text: str) -> re.Match | None:
+def _first_match(prefixes: list[re.Pattern], text: str, at: int) -> re.Match | None:
     for prefix in prefixes:
-        match = prefix.match(text)
-        if match and match.end() > 0:
+        match = prefix.match(text, at)
+        if match and match.end() > at:
             return match
     return None
 
 
-def _note(parts: LineParts, found: dict[str, str | None]) -> None:
-    parts.level = found.get("level") or parts.level
-    parts.time = found.get("time") or parts.time
+def _note(head: RowHead, found: dict[str, str | None]) -> None:
+    head.level = found.get("level") or head.level
+    head.time = found.get("time") or head.time
     process, rank = found.get("process"), found.get("rank")
     if process:
-        parts.process = process
-        parts.rank = rank_of(process) or parts.rank
+        head.process = process
+        head.rank = rank_of(process) or head.rank
     if rank:
-        parts.rank = rank.replace("rank", "rank=")
+        head.rank = rank.replace("rank", "rank=")
 
 
 def rank_of(process: str) -> str | None:
@@ -224,7 +276,7 @@ def rank_of(process: str) -> str | None:
     return f"DP{match.group('engine')}"
 
 
-def _unwrap_json_log(parts: LineParts) -> None:
+def _unwrap_json_log(head: RowHead) -> None:
     """JSON log lines ({"level": ..., "message": ...}) carry the message in a field.
 
     Structured loggers put the exception or the upstream body in a field of its own
@@ -232,7 +284,7 @@ def _unwrap_json_log(parts: LineParts) -> None:
     (a logged "prompt", "messages") are user text and are left out.
     """
     try:
-        record = json.loads(parts.text)
+        record = json.loads(head.message)
     except ValueError:
         return
     if not isinstance(record, dict) or not JSON_LOG_KEYS & record.keys():
@@ -240,15 +292,16 @@ def _unwrap_json_log(parts: LineParts) -> None:
     key = next((k for k in JSON_MESSAGE_KEYS if isinstance(record.get(k), str)), None)
     if key is None:
         return
-    parts.text = _one_line(record[key])
+    inner = RowHead(_one_line(record[key]), level=head.level, time=head.time, process=head.process, rank=head.rank)
     level = _first_value(record, JSON_LEVEL_KEYS)
-    parts.level = str(level).upper() if level else parts.level
+    inner.level = str(level).upper() if level else inner.level
     stamp = _first_value(record, JSON_TIME_KEYS)
-    parts.time = str(stamp) if stamp else parts.time
-    _strip_prefixes(parts)
+    inner.time = str(stamp) if stamp else inner.time
+    _strip_prefixes(inner)
     errors = [_one_line(record[k]) for k in JSON_ERROR_KEYS if k in record and k != key and record[k]]
-    if errors:
-        parts.text = " ".join([parts.text, *errors])
+    message = " ".join([inner.message, *errors])
+    head.text, head.body, head.json = message, 0, True
+    head.level, head.time, head.process, head.rank = inner.level, inner.time, inner.process, inner.rank
 
 
 def _one_line(value: object) -> str:
@@ -260,26 +313,28 @@ def _first_value(record: dict, keys: tuple[str, ...]) -> object:
     return next((record[key] for key in keys if record.get(key)), None)
 
 
-def unescape(text: str) -> str:
+def unescape_mapped(mapped: Mapped) -> Mapped:
     """Undo the escaping that JSON encoders and Python reprs put on a quoted error body."""
     for _ in range(3):  # bodies quoted inside bodies are escaped more than once
-        before = text
+        before = mapped.text
         for escaped, plain in ESCAPES:
-            text = text.replace(escaped, plain)
-        if text == before:
+            if escaped in mapped.text:
+                mapped = mapped.then(replace_all(mapped.text, escaped, plain))
+        if mapped.text == before:
             break
-    return text
+    return mapped
 
 
-def unescape_html(text: str) -> str:
+def unescape(text: str) -> str:
+    return unescape_mapped(Mapped(text)).text
+
+
+# What html.unescape reads as a character reference (its own pattern): named, decimal, hex.
+HTML_ENTITY = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
+
+
+def _html_character(entity: re.Match) -> str:
     """A message copied from a web page's source or an HTML report: &#39; &quot; &amp; &nbsp;."""
     import html  # only for such lines: its entity table is not worth loading at every start
 
-    return html.unescape(text).replace("\xa0", " ")
-
-
-def join_variants(first: str, second: str) -> tuple[str, ...]:
-    """Ways a message wrapped over two lines may have been cut: mid-word, or at a space."""
-    joined = first + second
-    spaced = first.rstrip() + " " + second.lstrip()
-    return (joined,) if joined == spaced else (joined, spaced)
+    return html.unescape(entity.group()).replace("\xa0", " ")
