@@ -92,7 +92,10 @@ class Diagnoser:
         self._folded: dict[tuple, Folded] = {}  # group key -> the group's later events, as numbers
         self._group_by: dict[str, list[str] | None] = {}  # rule code -> its group_by, as seen
         self._totals: dict[str, dict[str, tuple[str, str]]] = {}  # rule code -> its totals, as seen
-        self._logged: dict[tuple, Event] = {}  # a refused request's logged line, by what an echo of it shares
+        # a refused request's printing, by what an echo of it shares: it, its last printing's line,
+        # and whether that was an exception line (a further one echoes it only through a chain)
+        self._logged: dict[tuple, tuple[Event, int, bool]] = {}
+        self._chains: dict[tuple, int] = {}  # (source, process) -> the line of its last "direct cause" note
 
     @property
     def run(self) -> Run:
@@ -108,6 +111,8 @@ class Diagnoser:
             self._run = run
         rule = event.rule
         if rule.kind == "fact":
+            if event.fields.get("chained"):  # an exception raised again from the one above it
+                self._chains[(event.record.source, event.record.process)] = event.record.line
             return None
         if rule.stage == "request" and self._echoes(event):
             return None  # the same refusal again: listed on the first, not counted
@@ -129,22 +134,28 @@ class Diagnoser:
         return to_finding(event, run.facts, self.keep_text, run.number) if render else None
 
     def _echoes(self, event: Event) -> bool:
-        """A client that logs a refused request and then dies of it prints the error twice: the
-        log line, then its traceback's last line. That exception line with the same numbers,
-        soon after the logged one, is the same request; a second exception line is another."""
+        """The same refused request printed again: a client that logs a refusal and then dies
+        of it prints the log line, then its traceback's last line; a client library that maps
+        the error raises it again from the first (an exception chain: LiteLLM's mapped error,
+        LangChain's wrapper around openai's). An exception line with the same numbers, soon
+        after the logged one, or after a chain's "direct cause" note that follows the last
+        printing, is that request; a second exception line of its own is another."""
         record = event.record
         key = (self._run.number, event.rule.code, record.source, record.process, event.hosted,
                tuple(sorted(event.fields.items())))
-        if not EXCEPTION_LINE.match(record.text):
-            if len(self._logged) >= 256:  # only the last few hundred lines' can still be echoed
-                self._logged = {k: e for k, e in self._logged.items() if record.line - e.record.end_line <= ECHO_LINES}
-            self._logged[key] = event
-            return False
-        logged = self._logged.pop(key, None)
-        if logged is None or record.line - logged.record.end_line > ECHO_LINES:
-            return False
-        logged.also_at.append(record.line)
-        return True
+        if len(self._logged) >= 256:  # only the last few hundred lines' can still be echoed
+            self._logged = {k: e for k, e in self._logged.items() if record.line - e[1] <= ECHO_LINES}
+        earlier = self._logged.get(key)
+        exception = EXCEPTION_LINE.match(record.text) is not None
+        if exception and earlier is not None and record.line - earlier[1] <= ECHO_LINES:
+            first, last, raised = earlier
+            chained = self._chains.get((record.source, record.process), 0)
+            if not raised or last < chained < record.line:
+                first.also_at.append(record.line)
+                self._logged[key] = (first, record.end_line, True)
+                return True
+        self._logged[key] = (event, record.end_line, exception)
+        return False
 
     def _requirement(self, rule: Rule) -> Requirement:
         requirement = self._requirements.get(id(rule))
@@ -178,6 +189,7 @@ class Diagnoser:
             self._kept.append(run)
         self._folded.clear()  # the groups of the run that ended: the next run has none yet
         self._logged.clear()
+        self._chains.clear()
 
     def result(self) -> Diagnosis:
         findings = list(self._ended) if self._sink is None else self._sink
