@@ -20,6 +20,7 @@ ever cut by a chunk.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 import unicodedata
@@ -128,10 +129,22 @@ class Rows:
     """The rows of one chunk's buffer, read as they are asked for (a candidate's and its
     record's: nearly every row of a server's log is never decoded)."""
 
-    def __init__(self, data: bytes | bytearray, end: int, markers: tuple[bytes, ...], floor: int = 0):
+    def __init__(self, data: bytes | bytearray, end: int, markers: tuple[bytes, ...], floor: int = 0, paste: int = -1):
         self.data, self.end, self.markers = data, end, markers  # markers: of request-log lines (skip markers)
         self.floor = floor  # rows before this offset belong to records already read
+        # rows before this offset are a paste's (the input's first bytes): a terminal may have wrapped
+        # them, a request-log line's marker too (-1: all of data)
+        self.paste = end if paste < 0 else paste
         self._heads: dict[int, RowHead] = {}
+
+    def near_marker(self, start: int, stop: int) -> bool:
+        """A request-log line may start in data[start:stop] (a paste's: a wrap cuts its marker
+        once at most, and one half of its first word stays whole; past a paste, the marker is
+        whole in its row)."""
+        data = self.data
+        if start >= self.paste:
+            return any(data.find(marker, start, stop) >= 0 for marker in self.markers)
+        return any(data.find(piece, start, stop) >= 0 for marker in self.markers for piece in _marker_halves(marker))
 
     def head(self, start: int, stop: int) -> RowHead:
         head = self._heads.get(start)
@@ -171,6 +184,11 @@ class Rows:
                 return False
             if not (begins(head, previous) or self.holds_marker(start, stop) or self._raised(head, previous)):
                 return False
+        if start >= self.paste:
+            return True  # (past a paste: a server's own rows, which no terminal wrapped)
+        reach = max(self.floor, start - RECORD_TEXT - 4 * MAX_WRAP)
+        if not self.near_marker(reach, start):
+            return True  # (no request-log line above it whose wrapped rows it could be)
         return wrapped_request_start(self.data, start, stop, self.end, self.markers, self.floor) is None
 
     def _one_call(self, start: int, stop: int, above: int) -> bool:
@@ -370,6 +388,13 @@ def request_end(data: bytes | bytearray, start: int, end: int, limit: int, marke
     return stop if any(text.startswith(marker.decode()) for marker in markers for text in texts) else None
 
 
+@functools.cache
+def _marker_halves(marker: bytes) -> tuple[bytes, bytes]:
+    """The two halves of a marker's first word: a wrap that cuts the word leaves one whole."""
+    word = marker.split()[0]
+    return word[: len(word) // 2], word[len(word) // 2 :]
+
+
 def wrapped_request_start(data: bytes | bytearray, start: int, end: int, limit: int, markers: tuple[bytes, ...],
                           floor: int = 0) -> int | None:
     """The start of the hard-wrapped request-log record whose rows include the row
@@ -428,7 +453,9 @@ def record_around(rows: Rows, start: int, line: int) -> tuple[int, int, int]:
 
 def record_end(rows: Rows, first: int) -> int:
     """Where the record that starts with the row at `first` ends."""
-    stop = request_end(rows.data, first, rows.row_end(first), rows.end, rows.markers)
+    first_end = rows.row_end(first)
+    stop = request_end(rows.data, first, first_end, rows.end, rows.markers) if rows.near_marker(first, _head_end(first, first_end)) \
+        else None
     return _record_end(rows, first) if stop is None else stop
 
 
@@ -448,7 +475,8 @@ def assemble(rows: Rows, first: int, first_line: int, end: int) -> LogRecord:
     """The record of the rows data[first:end]: joined, then decoded, with its map. A request-log
     record (a prompt) is not decoded: it is never read."""
     first_end = rows.row_end(first)
-    if rows.holds_marker(first, first_end) or request_end(rows.data, first, first_end, rows.end, rows.markers):
+    if rows.near_marker(first, _head_end(first, first_end)) and (
+            rows.holds_marker(first, first_end) or request_end(rows.data, first, first_end, rows.end, rows.markers)):
         return LogRecord([Row(first_line, first, end, RowHead(""))], "", RowHead(""), skip=True)
     members: list[Row] = []
     at, line = first, first_line

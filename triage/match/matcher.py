@@ -159,8 +159,8 @@ class Matcher:
         if self.engine is None:
             return data.count(b"\n", 0, end)
         self.engine.new_chunk()
-        rows = Rows(data, end, self.markers)
         swept_to = max(0, min(end, PASTE_SIZE - chunk.offset))
+        rows = Rows(data, end, self.markers, paste=swept_to)
         position, counted, line = 0, 0, chunk.first_line
         events: list[Event] = []
         try:
@@ -205,7 +205,9 @@ class Matcher:
 
     def _read(self, source: str, record: LogRecord, rows: Rows, start: int, stop: int, swept: bool) -> list[Event]:
         """The events of one record: its exact patterns, then the loose form for the finding
-        rules they did not read."""
+        rules they did not read. A paste's record (the input's first bytes, several rows, or no
+        logger's header) is also swept in the loose form for messages whose every anchor a wrap
+        broke."""
         selection = self._targets_in(rows.data, start, stop)
         paste = len(record.rows) > 1 or record.head.level is None
         findings, facts = self._swept(record) if swept or paste else ([], [])
@@ -271,6 +273,8 @@ class Matcher:
         it; a fact states one value a row (a logger's record is one row vLLM printed, however it
         was wrapped), a finding is read as often as its message is there. A fact the run keeps
         that no pattern reads whole is read as far as the record goes (cut short)."""
+        if len(record.rows) == 1:
+            return self._exact_row(source, record, targets)
         events: list[Event] = []
         spans: dict[str, list[tuple[int, int]]] = {}  # rule -> what its readings took of the text
         read: list[Taken] = []  # what the findings read
@@ -297,6 +301,51 @@ class Matcher:
                 cut = self._cut_fact(record, target)
                 if cut is not None:
                     spans[target.rule.code] = [cut[:2]]
+                    events.append(self._event(source, record, target, *cut))
+        return events, read
+
+    def _exact_row(self, source: str, record: LogRecord, targets: list[Target]) -> tuple[list[Event], list[Taken]]:
+        """_exact() of a record of one row, nearly every record of a server's log: each rule's
+        first pattern that matches it, a finding as often as its message is there."""
+        text, events, read = record.text, [], []
+        matched: dict[str, list[tuple[int, int]]] = {}
+        disabled = self.disabled_patterns
+        for target in targets:
+            rule = target.rule
+            taken = matched.get(rule.code)
+            if taken is not None and rule.kind != "finding" or disabled and (rule.code, target.pattern.id) in disabled:
+                continue
+            search = target.search or self.bind_search(target)
+            at = 0
+            while True:
+                try:
+                    match = search(text, at) if at else search(text)
+                except TimeoutError:
+                    self.timed_out(rule.code, target.pattern.id, f"{source}:{record.line}")
+                    break
+                if match is None:
+                    break
+                start, end = match.span()
+                if taken is None:
+                    taken = matched[rule.code] = []
+                if not any(start < high and end > low for low, high in taken):
+                    taken.append((start, end))
+                    event = self._event(source, record, target, start, end, _groups(target, match, text))
+                    if rule.kind != "finding":
+                        events.append(event)
+                        break
+                    read.append((rule.code, start, end, [match.span(name) for name in target.pattern.fields
+                                                         if match.group(name) is not None]))
+                    if not any(e.rule is rule and e.fields == event.fields for e in events):
+                        events.append(event)
+                at = max(end, start + 1)
+                if at >= len(text):
+                    break
+        for target in targets:
+            if target.rule.kind == "fact" and target.rule.role in RECORD_ROLES and target.rule.code not in matched:
+                cut = self._cut_fact(record, target)
+                if cut is not None:
+                    matched[target.rule.code] = [cut[:2]]
                     events.append(self._event(source, record, target, *cut))
         return events, read
 
@@ -454,6 +503,10 @@ class Matcher:
             if not targets:
                 return []
             taken = []  # (the row's findings are another message beside this one: a metrics line is two)
+        form = normalise(record.text).lower()  # (a quick test before the map of the loose form is made)
+        targets = [t for t in targets if (loose := t.loose_form()) is not None and all(piece in form for piece in loose.pieces)]
+        if not targets:
+            return []
         events: list[Event] = []
         for window, offsets in _windows(record):
             def overlaps(found: LooseMatch, code: str, window: Window = window, offsets: list[int] = offsets) -> bool:
